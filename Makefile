@@ -1,0 +1,34 @@
+# Every target bootstraps the virtual environment it needs; the stamp file
+# makes the second run instant and a pyproject.toml change re-installs.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install test run-worker migrate bench lint clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e '.[test,dev]'
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+run-worker: $(STAMP)
+	$(PY) -m app run-worker
+
+migrate: $(STAMP)
+	$(PY) -m app migrate
+
+bench: $(STAMP)
+	$(PY) -m bench
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check app tests bench alembic
+	$(VENV)/bin/mypy app
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

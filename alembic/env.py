@@ -1,0 +1,60 @@
+"""Alembic environment. The URL comes from `Settings` unless a caller hands in
+a connection (`config.attributes["connection"]`) or a URL
+(`sqlalchemy.url`), as the CLI and the tests do."""
+
+from __future__ import annotations
+
+from logging.config import fileConfig
+
+from sqlalchemy import Connection, pool
+
+from alembic import context
+from app.config import Settings
+from app.db import database_url, make_engine
+from app.models import Base
+
+config = context.config
+if config.config_file_name is not None and config.attributes.get("configure_logging", True):
+    fileConfig(config.config_file_name, disable_existing_loggers=False)
+
+target_metadata = Base.metadata
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=target_metadata,
+        compare_type=True,
+        transaction_per_migration=True,
+    )
+
+
+def run_migrations_offline() -> None:
+    url = config.get_main_option("sqlalchemy.url") or database_url(Settings())
+    context.configure(url=url, target_metadata=target_metadata, literal_binds=True)
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    url = config.get_main_option("sqlalchemy.url") or database_url(Settings())
+    engine = make_engine(url, poolclass=pool.NullPool)
+    try:
+        with engine.connect() as connection:
+            _configure(connection)
+            with context.begin_transaction():
+                context.run_migrations()
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,69 @@
+"""Settings, read from the environment and `.env`.
+
+Every default has a name and a one-line docstring here, in one place.
+Nothing is built at import time: callers construct `Settings()` themselves.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_VISION_URL = "http://127.0.0.1:8080"
+"""llama-server's default address."""
+
+DEFAULT_DEV_DIR = Path(".dev")
+"""Local state for `make run-worker` without `DATABASE_URL`: embedded Postgres and storage."""
+
+DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+"""Largest page image read from storage (20 MiB)."""
+
+
+class Settings(BaseSettings):
+    """Service configuration. Field names map to upper-case environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; unset means an embedded Postgres under `.dev/`.",
+    )
+    dev_dir: Path = Field(default=DEFAULT_DEV_DIR, description="Folder for local dev state.")
+
+    vision_url: str = Field(default=DEFAULT_VISION_URL, description="OpenAI-compatible base URL.")
+    vision_health_url: str | None = Field(
+        default=None, description="Readiness probe; defaults to `{VISION_URL}/health`."
+    )
+    vision_model: str = Field(default="default", description="Model name sent in requests.")
+    vision_api_key: str | None = Field(default=None, description="Bearer token, if any.")
+    vision_max_tokens: int = Field(default=2048, ge=64, description="max_tokens per answer.")
+    vision_connect_timeout_seconds: float = Field(default=5.0, gt=0)
+    vision_read_timeout_seconds: float = Field(default=300.0, gt=0)
+    vision_max_side_px: int = Field(default=1600, ge=64, description="Long side cap for images.")
+
+    storage_root: Path = Field(default=DEFAULT_DEV_DIR / "storage")
+    analysis_workers: int = Field(default=2, ge=1, le=64)
+    job_timeout_seconds: float = Field(default=600.0, gt=0)
+    max_image_bytes: int = Field(default=DEFAULT_MAX_IMAGE_BYTES, gt=0)
+
+    lease_seconds: float = Field(default=60.0, gt=0, description="Lease window; renewed at 1/3.")
+    idle_poll_seconds: float = Field(
+        default=1.0, gt=0, description="Sleep when the queue is empty."
+    )
+    readiness_poll_seconds: float = Field(default=2.0, gt=0, description="Re-probe interval.")
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
+
+    @field_validator("vision_url")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    @property
+    def health_url(self) -> str:
+        """The readiness probe URL, `{VISION_URL}/health` unless set."""
+        return self.vision_health_url or f"{self.vision_url}/health"

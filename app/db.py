@@ -1,0 +1,58 @@
+"""Engine and session construction. Nothing here runs at import time."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.config import Settings
+
+
+def database_url(settings: Settings) -> str:
+    """The SQLAlchemy URL to use: `DATABASE_URL`, else the embedded dev database.
+
+    The embedded server is started (or reused) under `settings.dev_dir` only
+    when this is called without `DATABASE_URL`.
+    """
+    if settings.database_url:
+        return normalise_url(settings.database_url)
+    from app.devdb import embedded_database_url
+
+    return embedded_database_url(settings.dev_dir)
+
+
+def normalise_url(url: str) -> str:
+    """Use the psycopg 3 driver for plain `postgresql://` / `postgres://` URLs."""
+    if url.startswith("postgres://"):
+        url = "postgresql://" + url[len("postgres://") :]
+    parsed = make_url(url)
+    if parsed.drivername == "postgresql":
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed.render_as_string(hide_password=False)
+
+
+def make_engine(settings_or_url: Settings | str, **engine_kwargs: Any) -> Engine:
+    """Build an engine from `Settings` (or a URL).
+
+    `pool_pre_ping` is on so a connection broken by a database restart is
+    replaced on checkout instead of failing the next job.
+    """
+    if isinstance(settings_or_url, Settings):
+        url = database_url(settings_or_url)
+        pool_size = settings_or_url.analysis_workers * 2 + 2
+    else:
+        url = normalise_url(settings_or_url)
+        pool_size = 10
+    options: dict[str, Any] = {"pool_pre_ping": True}
+    if "poolclass" not in engine_kwargs:
+        options.update(pool_size=pool_size, max_overflow=5)
+    options.update(engine_kwargs)
+    return create_engine(url, **options)
+
+
+def make_session_factory(engine: Engine) -> sessionmaker[Session]:
+    """A session factory bound to `engine`; sessions do not expire on commit."""
+    return sessionmaker(bind=engine, expire_on_commit=False)

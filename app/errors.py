@@ -1,0 +1,62 @@
+"""One exception base class for the service; adapters translate driver errors into these."""
+
+
+class ServiceError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class PayloadError(ServiceError, ValueError):
+    """A job payload that does not decode into one of the known kinds."""
+
+
+class StorageError(ServiceError):
+    """A page image that cannot be read: missing, too large, or outside the storage root."""
+
+
+class ImageError(ServiceError):
+    """A page image that cannot be decoded or prepared for the vision model."""
+
+
+class VisionError(ServiceError):
+    """The vision model did not produce a valid analysis."""
+
+
+class DispatchTimeout(ServiceError):
+    """A dispatch ran past its deadline."""
+
+
+class StorageKeyError(StorageError):
+    """A storage key that is empty, malformed, or resolves outside the storage root."""
+
+
+class ObjectNotFound(StorageError):
+    """No regular file is stored under the key."""
+
+
+class ObjectTooLarge(StorageError):
+    """A stored object is larger than the byte cap the caller asked for."""
+
+
+class VisionUnavailable(VisionError):
+    """The vision server could not be reached or answered with 429/5xx.
+
+    Transient: raised for one attempt inside the client's retry loop, and again
+    (naming the last cause) once the client's retries run out.
+    `status_code` is the last HTTP status, or `None` for transport errors.
+    """
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class VisionRejected(VisionError):
+    """The vision server refused the request with a 4xx other than 429; retrying won't help."""
+
+    def __init__(self, message: str, *, status_code: int) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+class VisionCancelled(VisionError):
+    """The caller's cancel event was set; no further attempt was started."""

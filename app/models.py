@@ -1,0 +1,190 @@
+"""Declarative models. The migrations in `alembic/versions` build the same schema;
+`tests/test_migrations.py` checks that the two agree."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Numeric,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+JOB_STATES = ("pending", "running", "done", "failed", "dead")
+ANALYSIS_STATUSES = ("done", "failed")
+NSFW_RATINGS = ("safe", "suggestive", "explicit")
+
+# The jobs that hold a dedup slot: at most one per chapter / page while in flight.
+INFLIGHT = "state IN ('pending', 'running')"
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+def _uuid_pk() -> Mapped[uuid.UUID]:
+    return mapped_column(
+        UUID(as_uuid=True), primary_key=True, server_default=func.gen_random_uuid()
+    )
+
+
+def _timestamp() -> Mapped[datetime]:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Job(Base):
+    """A row of the durable queue, shared by crawl and analysis jobs."""
+
+    __tablename__ = "crawler_jobs"
+
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="pending")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="5")
+    lease_generation: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    leased_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    scheduled_at: Mapped[datetime] = _timestamp()
+    created_at: Mapped[datetime] = _timestamp()
+    updated_at: Mapped[datetime] = _timestamp()
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        CheckConstraint(_in("state", JOB_STATES), name="state"),
+        # The lease query walks in-flight rows in schedule order: due pending
+        # rows, plus running rows whose lease expired (few: one per worker).
+        Index(
+            "ix_crawler_jobs_lease_kind",
+            text("(payload ->> 'kind')"),
+            "scheduled_at",
+            "created_at",
+            postgresql_where=text(INFLIGHT),
+        ),
+        Index(
+            "ix_crawler_jobs_lease",
+            "scheduled_at",
+            "created_at",
+            postgresql_where=text(INFLIGHT),
+        ),
+        # reclaim_orphaned: running rows by lease expiry.
+        Index(
+            "ix_crawler_jobs_running_leased_until",
+            "leased_until",
+            postgresql_where=text("state = 'running'"),
+        ),
+        # reap_done by age.
+        Index(
+            "ix_crawler_jobs_done_updated_at",
+            "updated_at",
+            postgresql_where=text("state = 'done'"),
+        ),
+        Index(
+            "uq_crawler_jobs_chapter_content_inflight",
+            text("(payload ->> 'chapter_id')"),
+            unique=True,
+            postgresql_where=text(f"payload ->> 'kind' = 'sync_chapter_content' AND {INFLIGHT}"),
+        ),
+        Index(
+            "uq_crawler_jobs_analyze_page_inflight",
+            text("(payload ->> 'page_id')"),
+            unique=True,
+            postgresql_where=text(f"payload ->> 'kind' = 'analyze_page' AND {INFLIGHT}"),
+        ),
+    )
+
+
+class Manga(Base):
+    __tablename__ = "mangas"
+
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    title: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _timestamp()
+
+
+class Chapter(Base):
+    __tablename__ = "chapters"
+
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    manga_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("mangas.id", ondelete="CASCADE"), nullable=False, index=True
+    )
+    # Numeric, not int: chapters like 10.5 exist.
+    number: Mapped[Decimal] = mapped_column(Numeric, nullable=False)
+    title: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
+    created_at: Mapped[datetime] = _timestamp()
+
+
+class Page(Base):
+    __tablename__ = "pages"
+
+    id: Mapped[uuid.UUID] = _uuid_pk()
+    chapter_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("chapters.id", ondelete="CASCADE"), nullable=False
+    )
+    number: Mapped[int] = mapped_column(Integer, nullable=False)
+    storage_key: Mapped[str] = mapped_column(Text, nullable=False)
+    content_type: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _timestamp()
+
+    __table_args__ = (UniqueConstraint("chapter_id", "number"),)
+
+
+class PageAnalysis(Base):
+    """The latest analysis of a page: `done` with results, or `failed` with `error`."""
+
+    __tablename__ = "page_analysis"
+
+    page_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("pages.id", ondelete="CASCADE"), primary_key=True
+    )
+    status: Mapped[str] = mapped_column(Text, nullable=False)
+    ocr_text: Mapped[str | None] = mapped_column(Text)
+    tags: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")
+    )
+    description: Mapped[str | None] = mapped_column(Text)
+    nsfw_rating: Mapped[str | None] = mapped_column(Text)
+    nsfw_score: Mapped[float | None] = mapped_column(Float)
+    model: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _timestamp()
+    updated_at: Mapped[datetime] = _timestamp()
+
+    __table_args__ = (
+        CheckConstraint(_in("status", ANALYSIS_STATUSES), name="status"),
+        CheckConstraint(
+            f"nsfw_rating IS NULL OR {_in('nsfw_rating', NSFW_RATINGS)}", name="nsfw_rating"
+        ),
+        CheckConstraint(
+            "nsfw_score IS NULL OR (nsfw_score >= 0 AND nsfw_score <= 1)", name="nsfw_score"
+        ),
+    )

@@ -1,0 +1,377 @@
+"""The jobs repository: the durable queue on `crawler_jobs`.
+
+Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
+executes on it and never commits or rolls back: the caller owns the
+transaction, so a host can enqueue inside its own.
+
+Every write made on behalf of a lease is fenced by
+`(id, lease_generation, state = 'running')`. A write that finds its lease gone
+changes nothing, returns `False` and logs a warning naming the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Final
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Interval,
+    and_,
+    delete,
+    func,
+    literal,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.orm import Session
+
+from app.errors import PayloadError
+from app.models import Job
+from app.queue.backoff import backoff_for
+from app.queue.payloads import JobPayload, decode_payload
+
+logger = logging.getLogger(__name__)
+
+Conn = Connection | Session
+
+LAST_ERROR_MAX_CHARS: Final = 4000
+"""`last_error` keeps the start of long messages (tracebacks, HTML error pages)."""
+
+jobs = Job.__table__
+
+
+def _lit(value: str) -> ColumnElement[Any]:
+    # Constants are rendered inline, not bound: the planner can then match
+    # the partial indexes' predicates even for a cached generic plan.
+    return literal_column("'" + value.replace("'", "''") + "'")
+
+
+PENDING = _lit("pending")
+RUNNING = _lit("running")
+DONE = _lit("done")
+DEAD = _lit("dead")
+
+
+def payload_field(name: str) -> ColumnElement[Any]:
+    """`payload ->> 'name'`, spelled exactly as in the indexes."""
+    return jobs.c.payload.op("->>")(_lit(name))
+
+
+KIND = payload_field("kind")
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A job held by a worker, valid while `(id, lease_generation)` is current."""
+
+    id: uuid.UUID
+    payload: JobPayload
+    attempts: int
+    max_attempts: int
+    lease_generation: int
+
+
+def _interval(duration: timedelta) -> ColumnElement[Any]:
+    return literal(duration, Interval())
+
+
+def _fenced(lease: Lease) -> ColumnElement[bool]:
+    return and_(
+        jobs.c.id == lease.id,
+        jobs.c.lease_generation == lease.lease_generation,
+        jobs.c.state == RUNNING,
+    )
+
+
+def _lost(action: str, lease: Lease) -> bool:
+    logger.warning(
+        "%s of job %s (generation %d) found its lease gone; nothing was written",
+        action,
+        lease.id,
+        lease.lease_generation,
+    )
+    return False
+
+
+def _truncate(error: str) -> str:
+    if len(error) <= LAST_ERROR_MAX_CHARS:
+        return error
+    return error[: LAST_ERROR_MAX_CHARS - 15] + " …[truncated]"
+
+
+# --- enqueue ---------------------------------------------------------------
+
+
+def enqueue(
+    conn: Conn,
+    payload: JobPayload,
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> uuid.UUID | None:
+    """Insert a pending job and return its id; `None` when a dedup index skipped it.
+
+    A skipped insert raises nothing, so the caller's transaction stays usable.
+    """
+    values: dict[str, Any] = {"payload": payload.to_json()}
+    if scheduled_at is not None:
+        values["scheduled_at"] = scheduled_at
+    if max_attempts is not None:
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be at least 1")
+        values["max_attempts"] = max_attempts
+    statement = pg_insert(jobs).values(**values).on_conflict_do_nothing().returning(jobs.c.id)
+    job_id: uuid.UUID | None = conn.execute(statement).scalar_one_or_none()
+    return job_id
+
+
+# --- lease -----------------------------------------------------------------
+
+
+def lease(conn: Conn, kind: str | None, limit: int, lease_duration: timedelta) -> list[Lease]:
+    """Lease up to `limit` due jobs of `kind` (`None`: any kind)."""
+    return _lease(conn, None if kind is None else [kind], limit, lease_duration)
+
+
+def lease_kinds(
+    conn: Conn, kinds: Sequence[str], limit: int, lease_duration: timedelta
+) -> list[Lease]:
+    """Lease up to `limit` due jobs whose kind is one of `kinds`."""
+    if not kinds:
+        return []
+    return _lease(conn, list(kinds), limit, lease_duration)
+
+
+def _lease(
+    conn: Conn, kinds: list[str] | None, limit: int, lease_duration: timedelta
+) -> list[Lease]:
+    """One statement: a CTE locks the due rows with `FOR UPDATE SKIP LOCKED`
+    and `LIMIT`, and the `UPDATE` takes exactly those rows.
+
+    Due means pending with `scheduled_at <= now()`, or running with an expired
+    lease (its worker died). No row lock outlives the caller's transaction.
+    """
+    if limit < 1:
+        return []
+    now = func.now()
+    conditions: list[ColumnElement[bool]] = [
+        jobs.c.state.in_([PENDING, RUNNING]),
+        jobs.c.scheduled_at <= now,
+        or_(jobs.c.state == PENDING, jobs.c.leased_until < now),
+    ]
+    if kinds is not None:
+        if len(kinds) == 1:
+            conditions.append(_lit(kinds[0]) == KIND)
+        else:
+            conditions.append(KIND.in_([_lit(kind) for kind in kinds]))
+    candidates = (
+        select(jobs.c.id)
+        .where(*conditions)
+        .order_by(jobs.c.scheduled_at, jobs.c.created_at)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+        # A locking CTE is never inlined by Postgres, but say so: the
+        # UPDATE must see exactly the rows that were locked, never a re-scan.
+        .cte("candidates")
+        .prefix_with("MATERIALIZED")
+    )
+    statement = (
+        update(jobs)
+        .where(jobs.c.id == candidates.c.id)
+        .values(
+            state=RUNNING,
+            attempts=jobs.c.attempts + 1,
+            lease_generation=jobs.c.lease_generation + 1,
+            leased_until=now + _interval(lease_duration),
+            updated_at=now,
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.payload,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.lease_generation,
+            jobs.c.scheduled_at,
+            jobs.c.created_at,
+        )
+    )
+    rows = sorted(conn.execute(statement).all(), key=lambda row: (row.scheduled_at, row.created_at))
+
+    leases: list[Lease] = []
+    for row in rows:
+        try:
+            payload = decode_payload(row.payload)
+        except PayloadError as exc:
+            # A poison row must not jam the queue: dead-letter it now and
+            # hand out the rest of the batch.
+            _dead_letter(conn, row.id, row.lease_generation, str(exc))
+            continue
+        if row.attempts > row.max_attempts:
+            # Only an expired lease gets here: the worker holding the final
+            # attempt stopped without finishing (crash, OOM kill).
+            _dead_letter(
+                conn,
+                row.id,
+                row.lease_generation,
+                f"lease expired on the final attempt ({row.max_attempts}); "
+                "the worker running it stopped without finishing",
+            )
+            continue
+        leases.append(
+            Lease(
+                id=row.id,
+                payload=payload,
+                attempts=row.attempts,
+                max_attempts=row.max_attempts,
+                lease_generation=row.lease_generation,
+            )
+        )
+    return leases
+
+
+def _dead_letter(conn: Conn, job_id: uuid.UUID, generation: int, error: str) -> None:
+    conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.lease_generation == generation)
+        .values(state=DEAD, leased_until=None, last_error=_truncate(error), updated_at=func.now())
+    )
+    logger.error("job %s moved to dead: %s", job_id, error)
+
+
+# --- writes on behalf of a lease -------------------------------------------
+
+
+def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
+    """Extend the lease to now + `lease_duration`; `False` once it is no longer current."""
+    now = func.now()
+    result = conn.execute(
+        update(jobs)
+        .where(_fenced(lease))
+        .values(leased_until=now + _interval(lease_duration), updated_at=now)
+        .returning(jobs.c.id)
+    )
+    return result.first() is not None or _lost("renew", lease)
+
+
+def ack_done(conn: Conn, lease: Lease) -> bool:
+    """Mark the job `done`, only while the lease is current."""
+    result = conn.execute(
+        update(jobs)
+        .where(_fenced(lease))
+        .values(state=DONE, leased_until=None, updated_at=func.now())
+        .returning(jobs.c.id)
+    )
+    return result.first() is not None or _lost("ack_done", lease)
+
+
+def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
+    """Record a failed attempt: `dead` once attempts are used up, else `pending`
+    again after a jittered exponential backoff."""
+    now = func.now()
+    values: dict[str, Any] = {
+        "leased_until": None,
+        "last_error": _truncate(error),
+        "updated_at": now,
+    }
+    if lease.attempts >= lease.max_attempts:
+        values["state"] = DEAD
+    else:
+        values["state"] = PENDING
+        values["scheduled_at"] = now + _interval(backoff_for(lease.attempts))
+    result = conn.execute(update(jobs).where(_fenced(lease)).values(**values).returning(jobs.c.id))
+    return result.first() is not None or _lost("ack_failed", lease)
+
+
+def _give_back_values() -> dict[str, Any]:
+    # Back to pending at once, the attempt refunded, and the generation bumped
+    # so the previous holder's late writes are fenced off.
+    return {
+        "state": PENDING,
+        "attempts": func.greatest(jobs.c.attempts - 1, 0),
+        "lease_generation": jobs.c.lease_generation + 1,
+        "leased_until": None,
+        "updated_at": func.now(),
+    }
+
+
+def release(conn: Conn, lease: Lease) -> bool:
+    """Give the job back: `pending`, attempt refunded, generation bumped."""
+    result = conn.execute(
+        update(jobs).where(_fenced(lease)).values(**_give_back_values()).returning(jobs.c.id)
+    )
+    return result.first() is not None or _lost("release", lease)
+
+
+def release_unowned(conn: Conn, job_id: uuid.UUID) -> bool:
+    """`release` without a lease in hand, for any running row; `False` if it isn't running."""
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == RUNNING)
+        .values(**_give_back_values())
+        .returning(jobs.c.id)
+    )
+    return result.first() is not None
+
+
+# --- maintenance -----------------------------------------------------------
+
+
+def reclaim_orphaned(conn: Conn) -> int:
+    """Give back every running job whose lease has expired; returns how many.
+
+    Meant for worker start-up: the attempt is refunded because the job did
+    not fail, its worker went away.
+    """
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.state == RUNNING, jobs.c.leased_until < func.now())
+        .values(**_give_back_values())
+        .returning(jobs.c.id)
+    )
+    reclaimed = [row.id for row in result]
+    if reclaimed:
+        logger.warning(
+            "reclaimed %d orphaned job(s) with expired leases: %s",
+            len(reclaimed),
+            ", ".join(str(job_id) for job_id in reclaimed[:20]),
+        )
+    return len(reclaimed)
+
+
+def reap_done(conn: Conn, retention_days: int) -> int:
+    """Delete `done` jobs last updated more than `retention_days` ago; `0` disables."""
+    if retention_days <= 0:
+        return 0
+    result = conn.execute(
+        delete(jobs).where(
+            jobs.c.state == DONE,
+            jobs.c.updated_at < func.now() - _interval(timedelta(days=retention_days)),
+        )
+    )
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+__all__ = [
+    "Conn",
+    "Lease",
+    "ack_done",
+    "ack_failed",
+    "enqueue",
+    "lease",
+    "lease_kinds",
+    "payload_field",
+    "reap_done",
+    "reclaim_orphaned",
+    "release",
+    "release_unowned",
+    "renew",
+]

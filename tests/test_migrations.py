@@ -1,0 +1,54 @@
+"""The schema is built by alembic, and the models agree with it."""
+
+from __future__ import annotations
+
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect, text
+
+from alembic import command
+from app.models import Base
+from tests.conftest import alembic_config
+
+
+def test_upgrade_head_matches_the_models_and_downgrade_removes_everything(empty_database_url):
+    config = alembic_config(empty_database_url)
+    engine = create_engine(empty_database_url)
+    try:
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            assert compare_metadata(context, Base.metadata) == []
+            tables = set(inspect(conn).get_table_names())
+        assert {"crawler_jobs", "mangas", "chapters", "pages", "page_analysis"} <= tables
+
+        command.downgrade(config, "base")
+        with engine.connect() as conn:
+            assert set(inspect(conn).get_table_names()) == {"alembic_version"}
+
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+        assert version == ScriptDirectory.from_config(config).get_current_head()
+    finally:
+        engine.dispose()
+
+
+def test_the_comparison_does_notice_a_drift(empty_database_url):
+    """Guards the test above: a missing index must show up as a difference."""
+    config = alembic_config(empty_database_url)
+    engine = create_engine(empty_database_url)
+    try:
+        command.upgrade(config, "head")
+        with engine.begin() as conn:
+            conn.execute(text("DROP INDEX uq_crawler_jobs_analyze_page_inflight"))
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"compare_type": True})
+            diff = compare_metadata(context, Base.metadata)
+        assert any(
+            op[0] == "add_index" and op[1].name == "uq_crawler_jobs_analyze_page_inflight"
+            for op in diff
+        )
+    finally:
+        engine.dispose()

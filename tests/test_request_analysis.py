@@ -1,0 +1,85 @@
+"""`request_analysis`: enqueue, dedup, and forcing a job already in flight."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+
+from app.queue import KIND_ANALYZE_PAGE, ack_done, lease, request_analysis
+from tests.helpers import count, job_row
+
+MINUTE = timedelta(minutes=1)
+
+
+def test_request_analysis_enqueues_once_per_page(engine):
+    page_id = uuid.uuid4()
+    with engine.begin() as conn:
+        job_id = request_analysis(conn, page_id)
+        assert request_analysis(conn, page_id) == job_id
+        other = request_analysis(conn, uuid.uuid4())
+    assert job_id is not None and other not in (None, job_id)
+    assert count(engine, "SELECT count(*) FROM crawler_jobs") == 2
+
+
+def test_force_on_a_pending_job_sets_force_on_it(engine):
+    page_id = uuid.uuid4()
+    with engine.begin() as conn:
+        job_id = request_analysis(conn, page_id)
+        assert request_analysis(conn, page_id, force=True) == job_id
+        row = job_row(conn, job_id)
+    assert row.payload["force"] is True and row.state == "pending"
+    assert count(engine, "SELECT count(*) FROM crawler_jobs") == 1
+
+
+def test_force_on_a_running_job_releases_it_and_fences_the_old_holder(engine):
+    page_id = uuid.uuid4()
+    with engine.begin() as conn:
+        job_id = request_analysis(conn, page_id)
+    with engine.begin() as conn:
+        (held,) = lease(conn, KIND_ANALYZE_PAGE, 1, MINUTE)
+    with engine.begin() as conn:
+        assert request_analysis(conn, page_id, force=True) == job_id
+        row = job_row(conn, job_id)
+    assert row.state == "pending" and row.attempts == 0
+    assert row.payload["force"] is True
+    assert row.lease_generation == held.lease_generation + 1
+    with engine.begin() as conn:
+        assert not ack_done(conn, held)  # the old holder's result is discarded
+        (restarted,) = lease(conn, KIND_ANALYZE_PAGE, 1, MINUTE)
+    assert restarted.id == job_id and restarted.payload.force is True
+
+
+def test_unforced_request_leaves_a_running_job_alone(engine):
+    page_id = uuid.uuid4()
+    with engine.begin() as conn:
+        job_id = request_analysis(conn, page_id)
+    with engine.begin() as conn:
+        (held,) = lease(conn, KIND_ANALYZE_PAGE, 1, MINUTE)
+    with engine.begin() as conn:
+        assert request_analysis(conn, page_id) == job_id
+        assert ack_done(conn, held)
+
+
+def test_force_on_an_already_forced_running_job_does_not_restart_it(engine):
+    page_id = uuid.uuid4()
+    with engine.begin() as conn:
+        request_analysis(conn, page_id, force=True)
+    with engine.begin() as conn:
+        (held,) = lease(conn, KIND_ANALYZE_PAGE, 1, MINUTE)
+    with engine.begin() as conn:
+        request_analysis(conn, page_id, force=True)
+        assert ack_done(conn, held)
+
+
+def test_after_the_job_is_done_a_new_request_makes_a_new_job(engine):
+    page_id = uuid.uuid4()
+    with engine.begin() as conn:
+        first = request_analysis(conn, page_id)
+    with engine.begin() as conn:
+        (held,) = lease(conn, KIND_ANALYZE_PAGE, 1, MINUTE)
+        ack_done(conn, held)
+    with engine.begin() as conn:
+        second = request_analysis(conn, page_id, force=True)
+    assert second not in (None, first)
+    with engine.connect() as conn:
+        assert job_row(conn, second).payload["force"] is True
