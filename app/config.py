@@ -40,7 +40,9 @@ class Settings(BaseSettings):
     )
     vision_model: str = Field(default="default", description="Model name sent in requests.")
     vision_api_key: str | None = Field(default=None, description="Bearer token, if any.")
-    vision_max_tokens: int = Field(default=2048, ge=64, description="max_tokens per answer.")
+    vision_max_tokens: int = Field(
+        default=4096, ge=64, description="max_tokens per answer; text-heavy pages need room."
+    )
     vision_connect_timeout_seconds: float = Field(default=5.0, gt=0)
     vision_read_timeout_seconds: float = Field(default=300.0, gt=0)
     vision_max_side_px: int = Field(default=1600, ge=64, description="Long side cap for images.")

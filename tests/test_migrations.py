@@ -8,8 +8,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from alembic import command
+from app.migrations import alembic_config
 from app.models import Base
-from tests.conftest import alembic_config
 
 
 def test_upgrade_head_matches_the_models_and_downgrade_removes_everything(empty_database_url):

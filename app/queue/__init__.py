@@ -3,9 +3,11 @@
 from app.queue.backoff import apply_jitter, backoff_base, backoff_for
 from app.queue.jobs import (
     Lease,
+    ack_dead,
     ack_done,
     ack_failed,
     enqueue,
+    holds,
     lease,
     lease_kinds,
     reap_done,
@@ -39,6 +41,7 @@ __all__ = [
     "SyncChapterContent",
     "SyncChapterList",
     "SyncManga",
+    "ack_dead",
     "ack_done",
     "ack_failed",
     "apply_jitter",
@@ -46,6 +49,7 @@ __all__ = [
     "backoff_for",
     "decode_payload",
     "enqueue",
+    "holds",
     "lease",
     "lease_kinds",
     "reap_done",

@@ -16,12 +16,13 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     Interval,
+    Table,
     and_,
     delete,
     func,
@@ -46,7 +47,7 @@ Conn = Connection | Session
 LAST_ERROR_MAX_CHARS: Final = 4000
 """`last_error` keeps the start of long messages (tracebacks, HTML error pages)."""
 
-jobs = Job.__table__
+jobs = cast(Table, Job.__table__)
 
 
 def _lit(value: str) -> ColumnElement[Any]:
@@ -291,6 +292,28 @@ def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
     return result.first() is not None or _lost("ack_failed", lease)
 
 
+def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
+    """Move the job straight to `dead`: for errors no retry can fix (an image
+    that cannot decode, a storage key outside the root)."""
+    result = conn.execute(
+        update(jobs)
+        .where(_fenced(lease))
+        .values(state=DEAD, leased_until=None, last_error=_truncate(error), updated_at=func.now())
+        .returning(jobs.c.id)
+    )
+    return result.first() is not None or _lost("ack_dead", lease)
+
+
+def holds(conn: Conn, lease: Lease) -> bool:
+    """Lock the job's row and say whether the lease is still current.
+
+    Call it first in the transaction that writes a job's result: while the
+    row lock is held, no release or re-lease can slip in before the ack.
+    """
+    row = conn.execute(select(jobs.c.id).where(_fenced(lease)).with_for_update()).first()
+    return row is not None
+
+
 def _give_back_values() -> dict[str, Any]:
     # Back to pending at once, the attempt refunded, and the generation bumped
     # so the previous holder's late writes are fenced off.
@@ -363,9 +386,11 @@ def reap_done(conn: Conn, retention_days: int) -> int:
 __all__ = [
     "Conn",
     "Lease",
+    "ack_dead",
     "ack_done",
     "ack_failed",
     "enqueue",
+    "holds",
     "lease",
     "lease_kinds",
     "payload_field",

@@ -1,0 +1,124 @@
+"""The `analyze_page` handler: a page image in, a `page_analysis` row out."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sqlalchemy import Connection
+
+from app.analysis.handler import JobContext
+from app.analysis.images import PreparedImage, prepare_image
+from app.analysis.vision import VisionResult
+from app.queue.jobs import Lease
+from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
+from app.repos.page_analysis import get_status, save_done, save_failed
+from app.repos.pages import PageContext, get_page_context
+from app.storage import Storage
+
+logger = logging.getLogger(__name__)
+
+
+class VisionModel(Protocol):
+    """What the handler needs of a vision client (`VisionClient` is one)."""
+
+    model: str
+
+    def analyze(
+        self, image: PreparedImage, *, deadline: float, cancel: Any = None, job_label: str = ""
+    ) -> VisionResult: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PageJob:
+    payload: AnalyzePage
+    page: PageContext
+
+
+class PageAnalysisHandler:
+    """Reads the page from storage, prepares the image, asks the vision model,
+    and stores the answer. Skips pages already analysed unless forced."""
+
+    kind = KIND_ANALYZE_PAGE
+    timeout_message = "analysis dispatch timed out"
+
+    def __init__(
+        self,
+        *,
+        storage: Storage,
+        vision: VisionModel,
+        max_image_bytes: int,
+        max_side_px: int = 1600,
+    ) -> None:
+        self._storage = storage
+        self._vision = vision
+        self._max_image_bytes = max_image_bytes
+        self._max_side_px = max_side_px
+
+    def load(self, conn: Connection, lease: Lease) -> PageJob | None:
+        payload = lease.payload
+        if not isinstance(payload, AnalyzePage):
+            raise TypeError(f"expected an analyze_page payload, got {payload.kind}")
+        page = get_page_context(conn, payload.page_id)
+        if page is None:
+            logger.info(
+                "job %s: page %s no longer exists; nothing to do", lease.id, payload.page_id
+            )
+            return None
+        if not payload.force and get_status(conn, payload.page_id) == "done":
+            logger.info(
+                "job %s: page %s is already analysed and the job is not forced; skipping",
+                lease.id,
+                payload.page_id,
+            )
+            return None
+        return PageJob(payload, page)
+
+    def describe(self, item: PageJob) -> str:
+        page = item.page
+        return (
+            f"page {page.page_id}: {page.manga_title!r} ch. {page.chapter_number} "
+            f"p. {page.page_number}"
+        )
+
+    def breadcrumb(self, item: PageJob) -> Mapping[str, Any] | None:
+        page = item.page
+        return {
+            "page_id": page.page_id,
+            "manga_id": page.manga_id,
+            "manga_title": page.manga_title,
+            "chapter_id": page.chapter_id,
+            "chapter_number": page.chapter_number,
+            "page_number": page.page_number,
+        }
+
+    def execute(self, item: PageJob, ctx: JobContext) -> VisionResult:
+        data = self._storage.read_bytes(item.page.storage_key, self._max_image_bytes)
+        image = prepare_image(data, max_side_px=self._max_side_px)
+        if image.reencoded:
+            logger.info(
+                "%s: image re-encoded to %s %dx%d for the model",
+                ctx.label,
+                image.mime,
+                image.width,
+                image.height,
+            )
+        return self._vision.analyze(
+            image, deadline=ctx.deadline, cancel=ctx.cancel, job_label=ctx.label
+        )
+
+    def save(self, conn: Connection, item: PageJob, result: VisionResult, ctx: JobContext) -> None:
+        save_done(
+            conn,
+            item.page.page_id,
+            result.analysis,
+            model=result.model,
+            duration_ms=ctx.elapsed_ms(),
+        )
+
+    def save_failure(self, conn: Connection, item: PageJob, error: str, ctx: JobContext) -> None:
+        save_failed(
+            conn, item.page.page_id, error, model=self._vision.model, duration_ms=ctx.elapsed_ms()
+        )

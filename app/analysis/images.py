@@ -1,0 +1,186 @@
+"""Turn stored page bytes into an image the vision server can take: PNG or JPEG, bounded size.
+
+OpenAI-compatible servers agree on PNG and JPEG data URLs; llama.cpp decodes
+images with stb_image, which reads neither WebP nor CMYK JPEG. So PNG and JPEG
+that are already small enough go through untouched (same bytes, no quality
+loss), and everything else Pillow can read is re-encoded.
+
+Decompression bombs are refused from the header size, before any pixel is
+decoded. Pillow's own global limit (`Image.MAX_IMAGE_PIXELS`) is honoured too
+but never changed here: it belongs to the host process.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from typing import Final
+
+from PIL import Image, ImageOps
+
+from app.errors import ImageError
+
+DEFAULT_MAX_SIDE_PX: Final = 1600
+"""Long side of the image sent to the model; larger pages are scaled down."""
+DEFAULT_MAX_PIXELS: Final = 100_000_000
+"""Header-declared pixel count above which a page is refused as a decompression bomb."""
+JPEG_QUALITY: Final = 90
+"""Quality of re-encoded JPEGs: high enough to keep small lettering legible."""
+
+_PASSTHROUGH_MIME: Final = {"PNG": "image/png", "JPEG": "image/jpeg", "MPO": "image/jpeg"}
+"""Formats sent as they are. MPO is a camera JPEG with extra frames; its bytes are a JPEG."""
+_EXIF_ORIENTATION: Final = 0x0112
+_ALPHA_MODES: Final = frozenset({"RGBA", "LA", "PA", "RGBa", "La"})
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    """An image ready for the model: `data` is a PNG or JPEG file of `width` × `height`.
+
+    `reencoded` is False when `data` is exactly the bytes read from storage.
+    """
+
+    mime: str
+    data: bytes
+    width: int
+    height: int
+    reencoded: bool
+
+
+def prepare_image(
+    data: bytes,
+    *,
+    max_side_px: int = DEFAULT_MAX_SIDE_PX,
+    max_pixels: int = DEFAULT_MAX_PIXELS,
+) -> PreparedImage:
+    """Validate `data` and return it as PNG or JPEG with a long side of at most `max_side_px`.
+
+    Passes PNG/JPEG through unchanged when it needs no scaling, rotation or
+    colour conversion. Re-encodes everything else: to PNG when the image has
+    transparency, to JPEG otherwise. Raises `ImageError` for undecodable data
+    and for images declaring more than `max_pixels` pixels (or more than
+    Pillow's `Image.MAX_IMAGE_PIXELS`, when that is lower).
+    """
+    if max_side_px < 1:
+        raise ValueError(f"max_side_px must be >= 1, got {max_side_px}")
+    try:
+        # Image.open reads only the header; it raises DecompressionBombError itself
+        # for images past twice Pillow's limit. Under a host's `-W error` the
+        # warning it emits past the limit arrives as an exception too.
+        with Image.open(io.BytesIO(data)) as image:
+            _refuse_bombs(image.size, max_pixels)
+            return _prepare(image, data, max_side_px)
+    except ImageError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageError(f"page image refused as a decompression bomb: {exc}") from exc
+    except Exception as exc:
+        # Pillow's plugins signal corrupt input with many types (OSError,
+        # SyntaxError, ValueError, struct.error, EOFError...); all mean the same here.
+        raise ImageError(f"cannot decode page image: {type(exc).__name__}: {exc}") from exc
+
+
+def data_url(image: PreparedImage) -> str:
+    """`data:<mime>;base64,<data>`, the form OpenAI-compatible servers accept in `image_url`."""
+    return f"data:{image.mime};base64,{base64.b64encode(image.data).decode('ascii')}"
+
+
+def _refuse_bombs(size: tuple[int, int], max_pixels: int) -> None:
+    """Refuse by header size before decoding.
+
+    Pillow only warns between its limit and twice its limit, and turning that
+    warning into an error would need `warnings.catch_warnings`, which mutates
+    process-global state and is not thread-safe; comparing against the same
+    limit here refuses exactly those images without touching global state.
+    """
+    width, height = size
+    pixels = width * height
+    limit = max_pixels
+    pillow_limit = Image.MAX_IMAGE_PIXELS
+    if pillow_limit is not None:
+        limit = min(limit, pillow_limit)
+    if pixels > limit:
+        raise ImageError(
+            f"page image refused as a decompression bomb: {width}x{height} "
+            f"is {pixels} pixels, limit is {limit}"
+        )
+    if width < 1 or height < 1:
+        raise ImageError(f"cannot decode page image: empty size {width}x{height}")
+
+
+def _prepare(image: Image.Image, original: bytes, max_side_px: int) -> PreparedImage:
+    source_format = image.format or "unknown"
+    width, height = image.size
+    long_side = max(width, height)
+    # Orientations 2..8 flip or rotate; anything else (1, missing, junk) means upright.
+    needs_rotation = image.getexif().get(_EXIF_ORIENTATION, 1) in range(2, 9)
+    passthrough_mime = _PASSTHROUGH_MIME.get(source_format)
+    # llama.cpp's stb_image cannot read CMYK JPEGs; model servers ignore EXIF
+    # orientation, so a rotated photo must be turned upright by re-encoding.
+    if (
+        passthrough_mime is not None
+        and long_side <= max_side_px
+        and image.mode not in ("CMYK", "YCbCr")
+        and not needs_rotation
+    ):
+        # Decode once anyway: a truncated or corrupt file fails here with a
+        # clear ImageError instead of as an opaque 400 from the model server.
+        image.load()
+        return PreparedImage(passthrough_mime, original, width, height, reencoded=False)
+
+    if source_format == "JPEG" and long_side > max_side_px:
+        # Let libjpeg decode at a reduced scale (1/2, 1/4, 1/8) that still
+        # covers the target, which is much cheaper than a full decode.
+        image.draft(None, _scaled_size(image.size, max_side_px))
+    image.load()
+
+    has_alpha = _has_transparency(image)
+    oriented = ImageOps.exif_transpose(image) if needs_rotation else image
+    converted = _convert_mode(oriented, has_alpha)
+    if max(converted.size) > max_side_px:
+        converted = converted.resize(
+            _scaled_size(converted.size, max_side_px), Image.Resampling.LANCZOS
+        )
+
+    out = io.BytesIO()
+    if has_alpha:
+        converted.save(out, format="PNG")
+        mime = "image/png"
+    else:
+        converted.save(out, format="JPEG", quality=JPEG_QUALITY)
+        mime = "image/jpeg"
+    out_width, out_height = converted.size
+    return PreparedImage(mime, out.getvalue(), out_width, out_height, reencoded=True)
+
+
+def _scaled_size(size: tuple[int, int], max_side_px: int) -> tuple[int, int]:
+    """`size` scaled so its long side is `max_side_px`, keeping the aspect ratio."""
+    width, height = size
+    long_side = max(width, height)
+    if long_side <= max_side_px:
+        return size
+    scale = max_side_px / long_side
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+def _has_transparency(image: Image.Image) -> bool:
+    if image.mode in _ALPHA_MODES:
+        return True
+    # Palette and single-colour transparency (GIF, paletted PNG/WebP) live in info.
+    return "transparency" in image.info
+
+
+def _convert_mode(image: Image.Image, has_alpha: bool) -> Image.Image:
+    """A mode PNG/JPEG can store and resizing handles well (a palette would resize badly)."""
+    if has_alpha:
+        target = "LA" if image.mode in ("L", "LA", "La") else "RGBA"
+    elif image.mode in ("L", "1"):
+        # Most manga pages are greyscale: keep one channel, the JPEG is a third the size.
+        target = "L"
+    elif image.mode.startswith("I;16"):
+        # 16-bit greyscale (PNG, TIFF): keep the top 8 bits instead of clipping at 255.
+        return image.convert("I").point(lambda value: value / 256).convert("L")
+    else:
+        target = "RGB"
+    return image if image.mode == target else image.convert(target)

@@ -1,0 +1,433 @@
+"""The page-analysis runner in-process: a real Postgres, a real HTTP vision
+server on 127.0.0.1 with scripted answers, real files in a storage root."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import uuid
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import text
+
+from app.analysis import runner as runner_module
+from app.queue import KIND_ANALYZE_PAGE, lease, release_unowned
+from tests.helpers import wait_until
+from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
+from tests.worker_support import png_bytes
+
+
+def held_answer(hold: threading.Event) -> Reply:
+    """A good answer that is sent only once `hold` is set."""
+    return Reply(body=ok_answer(analysis_content()).body, block=hold)
+
+
+def test_happy_path_writes_the_analysis_acks_and_publishes(harness, vision_server):
+    page_id = harness.add_page(
+        png_bytes(), manga_title="Yotsuba&!", chapter_number="10.5", page_number=3
+    )
+    job_id = harness.request(page_id)
+    vision_server.script(ok_answer(analysis_content(tags=["Kitchen", "kitchen", " girl "])))
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+
+    row = harness.analysis(page_id)
+    assert row.status == "done" and row.error is None
+    assert row.ocr_text == "こんにちは"
+    assert row.tags == ["kitchen", "girl"]
+    assert row.nsfw_rating == "safe" and row.nsfw_score == pytest.approx(0.02)
+    assert row.model == "test-model"
+    assert row.duration_ms is not None and row.duration_ms >= 0
+    job = harness.job(job_id)
+    assert job.state == "done" and job.attempts == 1
+
+    (started,) = harness.events.of("started", page_id)
+    (completed,) = harness.events.of("completed", page_id)
+    assert started.breadcrumb["manga_title"] == "Yotsuba&!"
+    assert started.breadcrumb["page_number"] == 3
+    assert completed.to_json()["chapter_number"] == 10.5
+    assert completed.details["duration_ms"] >= 0
+    body = vision_server.requests[0]
+    image_url = body["messages"][1]["content"][1]["image_url"]["url"]
+    assert base64.b64decode(image_url.split(",", 1)[1]) == png_bytes()
+
+
+def test_vision_down_then_up_costs_no_attempt(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    vision_server.health_status = 503  # llama-server while its model loads
+    with harness.running():
+        wait_until(lambda: vision_server.health_hits >= 3)
+        job = harness.job(job_id)
+        assert job.state == "pending" and job.attempts == 0
+        assert vision_server.requests == []
+        vision_server.health_status = 200
+        harness.events.wait_for("completed", page_id)
+    assert harness.job(job_id).attempts == 1
+
+
+def test_vision_server_not_listening_parks_the_workers(harness, vision_server):
+    from tests.vision_server import ScriptedVisionServer
+
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    late = ScriptedVisionServer()
+    late.start()
+    port = int(late.url.rsplit(":", 1)[1])
+    late.stop()  # the port is now closed: connection refused
+    with harness.running(vision_url=f"http://127.0.0.1:{port}") as runner:
+        gate = runner._readiness
+        wait_until(lambda: gate.ready is False)
+        assert harness.job(job_id).attempts == 0
+        with ScriptedVisionServer(port=port):
+            harness.events.wait_for("completed", page_id)
+    assert harness.job(job_id).attempts == 1
+
+
+def test_a_500_is_retried_inside_the_attempt(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    vision_server.script(error_reply(500, "CUDA out of memory"))
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+    assert len(vision_server.requests) == 2
+    assert harness.job(job_id).attempts == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "fragment"),
+    [
+        (ok_answer("Sure! Here is the analysis you asked for."), "not JSON"),
+        (ok_answer(""), "model returned no content"),
+        (error_reply(400, "image input is not supported by this model"), "not supported"),
+        (ok_answer('{"ocr_text": "ab', finish_reason="length"), "max_tokens"),
+    ],
+    ids=["invalid-json", "empty-content", "http-400", "cut-off"],
+)
+def test_a_bad_answer_fails_the_attempt_and_schedules_a_retry(
+    harness, vision_server, reply, fragment
+):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    vision_server.script(reply)
+    with harness.running():
+        (failed,) = harness.events.wait_for("failed", page_id)
+    job = harness.job(job_id)
+    assert job.state == "pending" and job.attempts == 1
+    assert fragment in job.last_error
+    assert failed.details["will_retry"] is True and fragment in failed.details["error"]
+    assert harness.analysis(page_id) is None  # a retry is coming: nothing written yet
+    assert len(vision_server.requests) == 1
+
+
+def test_timeout_fails_the_attempt_with_a_clear_message(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.running(job_timeout_seconds=1.0):
+            harness.events.wait_for("failed", page_id)
+    finally:
+        hold.set()
+    job = harness.job(job_id)
+    assert job.state == "pending" and job.attempts == 1
+    assert "analysis dispatch timed out" in job.last_error
+    assert harness.analysis(page_id) is None
+
+
+def test_an_exception_in_the_dispatch_fails_that_job_only(harness, vision_server, monkeypatch):
+    bad = harness.add_page(png_bytes())
+    good = harness.add_page(png_bytes(color="black"))
+    bad_job = harness.request(bad)
+    from app.analysis import dispatcher
+
+    real_prepare = dispatcher.prepare_image
+    calls = {"n": 0}
+
+    def flaky_prepare(data, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom in the dispatcher")
+        return real_prepare(data, **kwargs)
+
+    monkeypatch.setattr(dispatcher, "prepare_image", flaky_prepare)
+    with harness.running():
+        harness.events.wait_for("failed", bad)
+        harness.request(good)
+        harness.events.wait_for("completed", good)
+    assert harness.job(bad_job).last_error == "RuntimeError: boom in the dispatcher"
+    assert harness.analysis(good).status == "done"
+
+
+def test_skip_if_done_and_force_re_analyses(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    harness.request(page_id)
+    vision_server.script(ok_answer(analysis_content(description="first")))
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+        skipped = harness.request(page_id)
+        wait_until(lambda: harness.job(skipped).state == "done")
+        assert len(vision_server.requests) == 1  # not asked again
+        assert harness.analysis(page_id).description == "first"
+
+        vision_server.script(ok_answer(analysis_content(description="second")))
+        harness.request(page_id, force=True)
+        harness.events.wait_for("completed", page_id, n=2)
+    assert len(vision_server.requests) == 2
+    assert harness.analysis(page_id).description == "second"
+
+
+def test_a_deleted_page_is_acked_as_a_no_op(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    with harness.engine.begin() as conn:
+        conn.execute(text("DELETE FROM pages WHERE id = :id"), {"id": page_id})
+    with harness.running():
+        wait_until(lambda: harness.job(job_id).state == "done")
+    assert vision_server.requests == []
+    assert harness.events.events == []
+
+
+def test_terminal_failure_goes_dead_and_writes_a_failed_row(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    harness.set_max_attempts(job_id, 1)
+    vision_server.script(error_reply(400, "bad image"))
+    with harness.running():
+        (failed,) = harness.events.wait_for("failed", page_id)
+    assert failed.details["will_retry"] is False
+    job = harness.job(job_id)
+    assert job.state == "dead" and "bad image" in job.last_error
+    row = harness.analysis(page_id)
+    assert row.status == "failed" and "bad image" in row.error
+    assert row.duration_ms is not None and row.model == "test-model"
+
+
+def test_a_failed_forced_re_analysis_keeps_the_earlier_success(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    harness.request(page_id)
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+    before = harness.analysis(page_id)
+
+    job_id = harness.request(page_id, force=True)
+    harness.set_max_attempts(job_id, 1)
+    vision_server.script(error_reply(400, "model swapped out"))
+    with harness.running():
+        harness.events.wait_for("failed", page_id)
+    after = harness.analysis(page_id)
+    assert harness.job(job_id).state == "dead"
+    assert after.status == "done" and after.ocr_text == before.ocr_text
+    assert after.duration_ms == before.duration_ms
+    assert "model swapped out" in after.error
+
+
+def test_shutdown_mid_dispatch_releases_the_job_at_once(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.build() as runner:
+            runner.start()
+            vision_server.wait_for_requests(1)
+            runner.stop()
+            assert runner.join(5), "in-flight job was waited for"
+            harness.events.wait_for("cancelled", page_id)
+    finally:
+        hold.set()
+    job = harness.job(job_id)
+    assert job.state == "pending" and job.attempts == 0 and job.lease_generation == 2
+    assert harness.analysis(page_id) is None
+    assert harness.events.of("completed") == [] and harness.events.of("failed") == []
+
+
+def test_a_lease_stolen_mid_dispatch_never_writes_the_loser_result(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.build() as runner:
+            runner.start()
+            vision_server.wait_for_requests(1)
+            # Another worker takes the job over (as after an expired lease).
+            with harness.engine.begin() as conn:
+                assert release_unowned(conn, job_id)
+                (thief,) = lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
+            hold.set()  # the loser's answer now arrives
+            wait_until(lambda: vision_server.requests and runner_idle(runner))
+            runner.stop()
+            assert runner.join(5)
+    finally:
+        hold.set()
+    assert harness.analysis(page_id) is None
+    job = harness.job(job_id)
+    assert job.state == "running" and job.lease_generation == thief.lease_generation
+    assert harness.events.of("completed") == []
+
+
+def runner_idle(runner) -> bool:
+    return not runner._wakers
+
+
+def test_heartbeat_renews_the_lease_while_the_model_thinks(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.running(lease_seconds=0.9):
+            vision_server.wait_for_requests(1)
+            first = harness.job(job_id).leased_until
+            wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
+            hold.set()
+            harness.events.wait_for("completed", page_id)
+    finally:
+        hold.set()
+    assert harness.job(job_id).state == "done"
+
+
+def test_a_database_restart_mid_job_loses_nothing(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.running():
+            vision_server.wait_for_requests(1)
+            # What clients see of a restart: every connection of theirs dropped.
+            with harness.engine.connect() as conn:
+                conn.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            hold.set()
+            harness.events.wait_for("completed", page_id)
+    finally:
+        hold.set()
+    assert harness.job(job_id).state == "done"
+    assert harness.analysis(page_id).status == "done"
+
+
+def test_a_worker_thread_that_dies_is_replaced(harness, vision_server, monkeypatch, caplog):
+    page_id = harness.add_page(png_bytes())
+    real_lease_kinds = runner_module.lease_kinds
+    calls = {"n": 0}
+
+    def dying_lease_kinds(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("bug in the lease path")
+        return real_lease_kinds(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "lease_kinds", dying_lease_kinds)
+    with harness.running() as runner:
+        harness.request(page_id)
+        harness.events.wait_for("completed", page_id)
+        assert runner.worker_deaths == 1
+    assert "died unexpectedly" in caplog.text
+
+
+def test_oversized_image_goes_dead_at_once_with_a_clear_error(harness, vision_server):
+    page_id = harness.add_page(png_bytes(size=(400, 400)))
+    job_id = harness.request(page_id)
+    with harness.running(max_image_bytes=100):
+        harness.events.wait_for("failed", page_id)
+    job = harness.job(job_id)
+    assert job.state == "dead" and job.attempts == 1
+    assert "exceeds" in job.last_error and "100" in job.last_error
+    assert harness.analysis(page_id).status == "failed"
+    assert vision_server.requests == []
+
+
+def test_a_storage_key_escaping_the_root_is_refused(harness, vision_server, tmp_path):
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(png_bytes())
+    page_id = harness.add_page(key="../secret.png")
+    job_id = harness.request(page_id)
+    with harness.running():
+        harness.events.wait_for("failed", page_id)
+    job = harness.job(job_id)
+    assert job.state == "dead" and "../secret.png" in job.last_error
+    assert vision_server.requests == []
+
+
+def test_undecodable_image_goes_dead(harness, vision_server):
+    page_id = harness.add_page(b"\x89PNG\r\n\x1a\n this is not really a png")
+    job_id = harness.request(page_id)
+    with harness.running():
+        harness.events.wait_for("failed", page_id)
+    assert harness.job(job_id).state == "dead"
+    assert "decode" in harness.job(job_id).last_error
+    assert vision_server.requests == []
+
+
+def test_webp_pages_are_re_encoded_for_the_model(harness, vision_server):
+    page_id = harness.add_page(png_bytes(fmt="WEBP"), key="page.webp")
+    harness.request(page_id)
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+    url = vision_server.requests[0]["messages"][1]["content"][1]["image_url"]["url"]
+    assert url.startswith(("data:image/png;base64,", "data:image/jpeg;base64,"))
+
+
+def test_a_poison_job_does_not_stop_the_worker(harness, vision_server):
+    with harness.engine.begin() as conn:
+        poison = conn.execute(
+            text(
+                "INSERT INTO crawler_jobs (payload) VALUES "
+                '(\'{"kind": "analyze_page", "page_id": "nope"}\') RETURNING id'
+            )
+        ).scalar_one()
+    page_id = harness.add_page(png_bytes())
+    harness.request(page_id)
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+    assert harness.job(poison).state == "dead"
+
+
+def test_workers_never_take_crawl_jobs(harness, vision_server):
+    from app.queue import SyncManga, enqueue
+
+    with harness.engine.begin() as conn:
+        crawl = enqueue(conn, SyncManga(source_id="s", source_manga_key="k"))
+    page_id = harness.add_page(png_bytes())
+    harness.request(page_id)
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+    job = harness.job(crawl)
+    assert job.state == "pending" and job.attempts == 0
+
+
+def test_events_without_a_breadcrumb_are_suppressed_but_work_goes_on(
+    harness, vision_server, monkeypatch
+):
+    from app.analysis.dispatcher import PageAnalysisHandler
+
+    def broken(self, item):
+        raise KeyError("manga_title")
+
+    monkeypatch.setattr(PageAnalysisHandler, "breadcrumb", broken)
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    with harness.running():
+        wait_until(lambda: harness.job(job_id).state == "done")
+    assert harness.events.events == []
+    assert harness.analysis(page_id).status == "done"
+
+
+def test_two_workers_share_the_queue(harness, vision_server):
+    pages = [harness.add_page(png_bytes(color=c)) for c in ("red", "green", "blue", "white")]
+    jobs = [harness.request(page) for page in pages]
+    vision_server.default = Reply(**{**vision_server.default.__dict__, "delay": 0.2})
+    with harness.running(analysis_workers=2):
+        for page in pages:
+            harness.events.wait_for("completed", page)
+    assert {harness.job(job).state for job in jobs} == {"done"}
+    assert len({str(event.job_id) for event in harness.events.of("completed")}) == 4
+    assert uuid.UUID(str(jobs[0]))
