@@ -431,3 +431,54 @@ def test_two_workers_share_the_queue(harness, vision_server):
     assert {harness.job(job).state for job in jobs} == {"done"}
     assert len({str(event.job_id) for event in harness.events.of("completed")}) == 4
     assert uuid.UUID(str(jobs[0]))
+
+
+def test_start_reclaims_orphans_so_a_crashed_worker_costs_no_attempt(harness, vision_server):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    with harness.engine.begin() as conn:
+        # A previous worker leased the job, then died without a trace.
+        lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
+        conn.execute(
+            text("UPDATE crawler_jobs SET leased_until = now() - interval '1 s' WHERE id = :id"),
+            {"id": job_id},
+        )
+    with harness.running():
+        harness.events.wait_for("completed", page_id)
+    job = harness.job(job_id)
+    # Reclaimed (refunded) at start, then leased once: one attempt, not two.
+    assert job.state == "done" and job.attempts == 1 and job.lease_generation == 3
+
+
+def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
+    harness, vision_server, monkeypatch, caplog
+):
+    from app.analysis import heartbeat as heartbeat_module
+
+    real_renew = heartbeat_module.renew
+    calls = {"n": 0}
+
+    def renew_once_broken(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("bug in the heartbeat")
+        return real_renew(*args, **kwargs)
+
+    monkeypatch.setattr(heartbeat_module, "renew", renew_once_broken)
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.running(lease_seconds=0.6):
+            vision_server.wait_for_requests(1)
+            wait_until(lambda: calls["n"] >= 3, timeout=5)  # beats go on after the death
+            first = harness.job(job_id).leased_until
+            wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
+            hold.set()
+            harness.events.wait_for("completed", page_id)
+    finally:
+        hold.set()
+    assert "heartbeat thread for" in caplog.text and "died" in caplog.text
+    assert "starting a new one" in caplog.text
+    assert harness.job(job_id).state == "done"
