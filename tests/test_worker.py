@@ -482,3 +482,28 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
     assert "heartbeat thread for" in caplog.text and "died" in caplog.text
     assert "starting a new one" in caplog.text
     assert harness.job(job_id).state == "done"
+
+
+def test_a_heartbeat_that_finds_the_lease_gone_abandons_the_job_at_once(
+    harness, vision_server, caplog
+):
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        with harness.build(lease_seconds=0.6) as runner:
+            runner.start()
+            vision_server.wait_for_requests(1)
+            with harness.engine.begin() as conn:
+                assert release_unowned(conn, job_id)
+                lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
+            # The model has not answered, yet the worker lets go of the job.
+            wait_until(lambda: runner_idle(runner), timeout=5)
+            runner.stop()
+            assert runner.join(5)
+    finally:
+        hold.set()
+    assert "lost its lease" in caplog.text
+    assert harness.analysis(page_id) is None
+    assert harness.job(job_id).state == "running"
