@@ -117,15 +117,15 @@ def import_pages_command(settings: Settings, folder: Path, title: str, chapter: 
 
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     from app.analysis.service import analysis_runner
-    from app.migrations import is_current, upgrade_head
+    from app.migrations import revisions, upgrade_head
 
-    url = database_url(settings)
     if migrate_first is None:
         migrate_first = not settings.database_url
-    engine = make_engine(url, pool_size=settings.analysis_workers * 2 + 2)
+    engine = make_engine(settings)
+    url = engine.url.render_as_string(hide_password=False)
     try:
-        current, revision, head = is_current(engine)
-        if not current:
+        revision, head = revisions(engine)
+        if revision != head:
             if not migrate_first:
                 logger.error(
                     "the database is at revision %s but the code needs %s: run `make migrate` "

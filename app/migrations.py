@@ -27,15 +27,9 @@ def upgrade_head(url: str) -> None:
     command.upgrade(alembic_config(url), "head")
 
 
-def pending_revision(engine: Engine) -> tuple[str | None, str | None]:
+def revisions(engine: Engine) -> tuple[str | None, str | None]:
     """The database's revision and the head revision of the migrations."""
     head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
     with engine.connect() as conn:
         current = MigrationContext.configure(conn).get_current_revision()
     return current, head
-
-
-def is_current(engine: Engine) -> tuple[bool, str | None, str | None]:
-    """Whether the database is at the head revision, with both revisions."""
-    current, head = pending_revision(engine)
-    return current == head, current, head

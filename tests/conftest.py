@@ -54,18 +54,15 @@ def pytest_configure(config: pytest.Config) -> None:
         _prepare_unprivileged_user(pg_ctl)
 
 
-def _url(executor: Any, dbname: str) -> str:
-    password = f":{executor.password}" if executor.password else ""
-    return (
-        f"postgresql+psycopg://{executor.user}{password}@{executor.host}:{executor.port}/{dbname}"
-    )
+def _url(host: str, port: int, user: str, password: str | None, dbname: str) -> str:
+    credentials = f"{user}:{password}" if password else user
+    return f"postgresql+psycopg://{credentials}@{host}:{port}/{dbname}"
 
 
 def _migrate_template(
     host: str, port: int, user: str, dbname: str, password: str | None = None, **_: Any
 ) -> None:
-    url = f"postgresql+psycopg://{user}{':' + password if password else ''}@{host}:{port}/{dbname}"
-    upgrade_head(url)
+    upgrade_head(_url(host, port, user, password, dbname))
 
 
 postgresql_proc = factories.postgresql_proc(
@@ -86,7 +83,7 @@ def _fresh_database(executor: PostgreSQLExecutor, template: str | None) -> Itera
         password=executor.password,
     )
     with janitor:
-        yield _url(executor, dbname)
+        yield _url(executor.host, executor.port, executor.user, executor.password, dbname)
 
 
 @pytest.fixture

@@ -81,3 +81,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
 def count(engine: Engine, sql: str, **params: Any) -> int:
     with engine.connect() as conn:
         return int(conn.execute(text(sql), params).scalar_one())
+
+
+def fail_first_call(real: Callable[..., T], error: BaseException) -> Callable[..., T]:
+    """A stand-in for `real` that raises `error` on its first call only; `.calls` counts calls."""
+
+    def stand_in(*args: Any, **kwargs: Any) -> T:
+        stand_in.calls += 1  # type: ignore[attr-defined]
+        if stand_in.calls == 1:  # type: ignore[attr-defined]
+            raise error
+        return real(*args, **kwargs)
+
+    stand_in.calls = 0  # type: ignore[attr-defined]
+    return stand_in

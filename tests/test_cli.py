@@ -75,6 +75,18 @@ def wait_for(received: list[dict], kind: str, n: int, timeout: float = 30.0) -> 
     raise AssertionError(f"expected {n} {kind} events, got {received}")
 
 
+def run_cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m app ARGS` to completion, output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
 def start_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "app", "run-worker"],
@@ -175,28 +187,14 @@ def test_sigterm_mid_dispatch_releases_the_job_and_exits_zero(
 
 def test_run_worker_refuses_an_unmigrated_database(empty_database_url, vision_server, tmp_path):
     env = _env(empty_database_url, vision_server.url, tmp_path)
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "run-worker"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_cli("run-worker", env=env, cwd=tmp_path)
     assert result.returncode == 2
     assert "make migrate" in result.stderr
 
 
 def test_migrate_command_brings_an_empty_database_to_head(empty_database_url, tmp_path):
     env = {**os.environ, "DATABASE_URL": empty_database_url}
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "migrate"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_cli("migrate", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     with psycopg.connect(
         make_url(empty_database_url)
@@ -214,23 +212,8 @@ def test_import_pages_registers_a_chapter_and_requests_analysis(database_url, en
     (folder / "notes.txt").write_text("not a page")
     storage = tmp_path / "storage"
     env = {**os.environ, "DATABASE_URL": database_url, "STORAGE_ROOT": str(storage)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "app",
-            "import-pages",
-            str(folder),
-            "--title",
-            "Blame!",
-            "--chapter",
-            "2.5",
-        ],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    result = run_cli(
+        "import-pages", str(folder), "--title", "Blame!", "--chapter", "2.5", env=env, cwd=tmp_path
     )
     assert result.returncode == 0, result.stderr
     with engine.connect() as conn:
@@ -248,12 +231,5 @@ def test_import_pages_registers_a_chapter_and_requests_analysis(database_url, en
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "import-pages", str(empty), "--title", "x"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_cli("import-pages", str(empty), "--title", "x", env=env, cwd=tmp_path)
     assert result.returncode == 1 and "no page images" in result.stderr

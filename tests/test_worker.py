@@ -13,7 +13,7 @@ from sqlalchemy import text
 
 from app.analysis import runner as runner_module
 from app.queue import KIND_ANALYZE_PAGE, lease, release_unowned
-from tests.helpers import wait_until
+from tests.helpers import fail_first_call, wait_until
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
 
@@ -143,16 +143,11 @@ def test_an_exception_in_the_dispatch_fails_that_job_only(harness, vision_server
     bad_job = harness.request(bad)
     from app.analysis import dispatcher
 
-    real_prepare = dispatcher.prepare_image
-    calls = {"n": 0}
-
-    def flaky_prepare(data, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("boom in the dispatcher")
-        return real_prepare(data, **kwargs)
-
-    monkeypatch.setattr(dispatcher, "prepare_image", flaky_prepare)
+    monkeypatch.setattr(
+        dispatcher,
+        "prepare_image",
+        fail_first_call(dispatcher.prepare_image, RuntimeError("boom in the dispatcher")),
+    )
     with harness.running():
         harness.events.wait_for("failed", bad)
         harness.request(good)
@@ -316,16 +311,11 @@ def test_a_database_restart_mid_job_loses_nothing(harness, vision_server):
 
 def test_a_worker_thread_that_dies_is_replaced(harness, vision_server, monkeypatch, caplog):
     page_id = harness.add_page(png_bytes())
-    real_lease_kinds = runner_module.lease_kinds
-    calls = {"n": 0}
-
-    def dying_lease_kinds(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("bug in the lease path")
-        return real_lease_kinds(*args, **kwargs)
-
-    monkeypatch.setattr(runner_module, "lease_kinds", dying_lease_kinds)
+    monkeypatch.setattr(
+        runner_module,
+        "lease_kinds",
+        fail_first_call(runner_module.lease_kinds, RuntimeError("bug in the lease path")),
+    )
     with harness.running() as runner:
         harness.request(page_id)
         harness.events.wait_for("completed", page_id)
@@ -455,16 +445,8 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
 ):
     from app.analysis import heartbeat as heartbeat_module
 
-    real_renew = heartbeat_module.renew
-    calls = {"n": 0}
-
-    def renew_once_broken(*args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("bug in the heartbeat")
-        return real_renew(*args, **kwargs)
-
-    monkeypatch.setattr(heartbeat_module, "renew", renew_once_broken)
+    renew = fail_first_call(heartbeat_module.renew, RuntimeError("bug in the heartbeat"))
+    monkeypatch.setattr(heartbeat_module, "renew", renew)
     page_id = harness.add_page(png_bytes())
     job_id = harness.request(page_id)
     hold = threading.Event()
@@ -472,7 +454,7 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
     try:
         with harness.running(lease_seconds=0.6):
             vision_server.wait_for_requests(1)
-            wait_until(lambda: calls["n"] >= 3, timeout=5)  # beats go on after the death
+            wait_until(lambda: renew.calls >= 3, timeout=5)  # beats go on after the death
             first = harness.job(job_id).leased_until
             wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
             hold.set()

@@ -43,7 +43,6 @@ class Heartbeat:
         self._stop = threading.Event()
         self.lost = False
         self.died: BaseException | None = None
-        self.beats = 0
         self._thread = threading.Thread(target=self._run, name=f"heartbeat-{lease.id}", daemon=True)
 
     def start(self) -> Heartbeat:
@@ -82,7 +81,6 @@ class Heartbeat:
                     )
                     self._on_change()
                     return
-                self.beats += 1
         except BaseException as exc:
             self.died = exc
             logger.critical("heartbeat thread for %s died", self._label, exc_info=exc)

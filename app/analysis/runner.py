@@ -18,6 +18,7 @@ Per worker thread, per job:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -171,10 +172,6 @@ class Runner:
             for waker in self._wakers:
                 waker.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Block until `stop()` was called (or `timeout` passes)."""
         return self._stopping.wait(timeout)
@@ -277,7 +274,7 @@ class Runner:
             return
 
         label = f"job {lease.id} ({handler.describe(item)})"
-        ctx = JobContext(lease, ctx.deadline, ctx.cancel, started, label)
+        ctx = dataclasses.replace(ctx, label=label)
         breadcrumb = self._breadcrumb(handler, item, label)
         self._publish("started", lease, breadcrumb, attempt=lease.attempts)
         logger.info("%s started, attempt %d/%d", label, lease.attempts, lease.max_attempts)

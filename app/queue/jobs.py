@@ -54,21 +54,21 @@ LAST_ERROR_MAX_CHARS: Final = 4000
 jobs = cast(Table, Job.__table__)
 
 
-def _lit(value: str) -> ColumnElement[Any]:
+def text_literal(value: str) -> ColumnElement[Any]:
     # Constants are rendered inline, not bound: the planner can then match
     # the partial indexes' predicates even for a cached generic plan.
     return literal_column("'" + value.replace("'", "''") + "'")
 
 
-PENDING = _lit("pending")
-RUNNING = _lit("running")
-DONE = _lit("done")
-DEAD = _lit("dead")
+PENDING = text_literal("pending")
+RUNNING = text_literal("running")
+DONE = text_literal("done")
+DEAD = text_literal("dead")
 
 
 def payload_field(name: str) -> ColumnElement[Any]:
     """`payload ->> 'name'`, spelled exactly as in the indexes."""
-    return jobs.c.payload.op("->>")(_lit(name))
+    return jobs.c.payload.op("->>")(text_literal(name))
 
 
 KIND = payload_field("kind")
@@ -175,9 +175,9 @@ def _lease_statement(kinds: tuple[str, ...] | None) -> Update:
     ]
     if kinds is not None:
         if len(kinds) == 1:
-            conditions.append(_lit(kinds[0]) == KIND)
+            conditions.append(text_literal(kinds[0]) == KIND)
         else:
-            conditions.append(KIND.in_([_lit(kind) for kind in kinds]))
+            conditions.append(KIND.in_([text_literal(kind) for kind in kinds]))
     candidates = (
         select(jobs.c.id)
         .where(*conditions)

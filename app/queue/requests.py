@@ -8,7 +8,16 @@ from typing import Final
 
 from sqlalchemy import func, literal_column, select, update
 
-from app.queue.jobs import KIND, RUNNING, Conn, _lit, enqueue, jobs, payload_field, release_unowned
+from app.queue.jobs import (
+    KIND,
+    RUNNING,
+    Conn,
+    enqueue,
+    jobs,
+    payload_field,
+    release_unowned,
+    text_literal,
+)
 from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 
 logger = logging.getLogger(__name__)
@@ -33,9 +42,9 @@ def request_analysis(conn: Conn, page_id: uuid.UUID, force: bool = False) -> uui
         existing = conn.execute(
             select(jobs.c.id, jobs.c.state, jobs.c.payload)
             .where(
-                _lit(KIND_ANALYZE_PAGE) == KIND,
+                text_literal(KIND_ANALYZE_PAGE) == KIND,
                 payload_field("page_id") == str(page_id),
-                jobs.c.state.in_([_lit("pending"), RUNNING]),
+                jobs.c.state.in_([text_literal("pending"), RUNNING]),
             )
             .with_for_update()
         ).first()
