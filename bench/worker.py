@@ -24,13 +24,14 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from app.analysis.events import EventBus, JobEvent
+from app.analysis.events import analysis_event_bus
 from app.analysis.images import PreparedImage
 from app.analysis.service import analysis_runner
 from app.analysis.vision import VisionClient, VisionResult
 from app.config import Settings
 from app.db import make_engine
 from app.queue import request_analysis
+from app.worker.events import JobEvent
 from bench.report import heading, ms, note, progress, rate, table
 from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 
@@ -134,7 +135,7 @@ def run_case(
     vision = TimedVisionClient.from_settings(settings)
     assert isinstance(vision, TimedVisionClient)  # from_settings builds `cls`
     counter = CompletionCounter()
-    events = EventBus(engine)
+    events = analysis_event_bus(engine)
     events.subscribe(counter)
     try:
         enqueue_pages(engine, page_ids)

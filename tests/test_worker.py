@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from app.analysis import runner as runner_module
 from app.queue import KIND_ANALYZE_PAGE, lease, release_unowned
+from app.worker import runner as runner_module
 from tests.helpers import fail_first_call, wait_until
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
@@ -443,7 +443,7 @@ def test_start_reclaims_orphans_so_a_crashed_worker_costs_no_attempt(harness, vi
 def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
     harness, vision_server, monkeypatch, caplog
 ):
-    from app.analysis import heartbeat as heartbeat_module
+    from app.worker import heartbeat as heartbeat_module
 
     renew = fail_first_call(heartbeat_module.renew, RuntimeError("bug in the heartbeat"))
     monkeypatch.setattr(heartbeat_module, "renew", renew)
@@ -489,3 +489,44 @@ def test_a_heartbeat_that_finds_the_lease_gone_abandons_the_job_at_once(
     assert "lost its lease" in caplog.text
     assert harness.analysis(page_id) is None
     assert harness.job(job_id).state == "running"
+
+
+class RecordingObserver:
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, str, float]] = []
+        self.lost: list[str] = []
+
+    def job_finished(self, kind: str, outcome: str, duration_seconds: float) -> None:
+        self.finished.append((kind, outcome, duration_seconds))
+
+    def lease_lost(self, kind: str) -> None:
+        self.lost.append(kind)
+
+
+def test_observer_hears_each_outcome_and_a_failing_observer_changes_nothing(harness, vision_server):
+    good, bad = harness.add_page(png_bytes()), harness.add_page(png_bytes())
+    harness.request(good)
+    bad_job = harness.request(bad)
+    harness.set_max_attempts(bad_job, 1)
+    vision_server.script(ok_answer(analysis_content()), error_reply(400, "bad request"))
+    observer = RecordingObserver()
+    with harness.running(observer=observer):
+        harness.events.wait_for("completed")
+        harness.events.wait_for("failed")
+    outcomes = sorted((kind, outcome) for kind, outcome, _ in observer.finished)
+    assert outcomes == [(KIND_ANALYZE_PAGE, "dead"), (KIND_ANALYZE_PAGE, "done")]
+    assert all(duration >= 0 for _, _, duration in observer.finished)
+
+    class Broken:
+        def job_finished(self, *args):
+            raise RuntimeError("observer bug")
+
+        def lease_lost(self, *args):
+            raise RuntimeError("observer bug")
+
+    third = harness.add_page(png_bytes())
+    harness.request(third)
+    vision_server.script(ok_answer(analysis_content()))
+    with harness.running(observer=Broken()):
+        harness.events.wait_for("completed", third)
+    assert harness.analysis(third).status == "done"

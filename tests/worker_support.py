@@ -16,12 +16,13 @@ import pytest
 from PIL import Image
 from sqlalchemy import Engine, text
 
-from app.analysis.events import EventBus, JobEvent
-from app.analysis.runner import Runner
+from app.analysis.events import analysis_event_bus
 from app.analysis.service import analysis_runner
 from app.analysis.vision import VisionClient
 from app.config import Settings
 from app.queue import request_analysis
+from app.worker.events import JobEvent
+from app.worker.runner import Runner
 from tests.helpers import make_page
 
 
@@ -124,7 +125,7 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
     storage_root = tmp_path / "storage"
     storage_root.mkdir()
     recorder = EventRecorder()
-    bus = EventBus(engine)
+    bus = analysis_event_bus(engine)
     bus.subscribe(recorder)
     clients: list[VisionClient] = []
 
@@ -132,6 +133,7 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
     def build(
         vision_url: str | None = None,
         client_options: dict[str, Any] | None = None,
+        observer: Any = None,
         **settings_overrides: Any,
     ) -> Iterator[Runner]:
         values: dict[str, Any] = {
@@ -158,7 +160,9 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
         options.update(client_options or {})
         client = VisionClient(**options)
         clients.append(client)
-        with analysis_runner(settings, engine=engine, vision=client, events=bus) as runner:
+        with analysis_runner(
+            settings, engine=engine, vision=client, events=bus, observer=observer
+        ) as runner:
             yield runner
 
     yield Harness(engine, storage_root, recorder, vision_server.url, build)

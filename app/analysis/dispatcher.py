@@ -9,7 +9,6 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
-from app.analysis.handler import JobContext
 from app.analysis.images import PreparedImage, prepare_image
 from app.analysis.vision import VisionResult
 from app.queue.jobs import Lease
@@ -17,6 +16,7 @@ from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from app.repos.page_analysis import get_status, save_done, save_failed
 from app.repos.pages import PageContext, get_page_context
 from app.storage import Storage
+from app.worker.handler import JobContext
 
 logger = logging.getLogger(__name__)
 

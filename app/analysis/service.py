@@ -13,13 +13,15 @@ from datetime import timedelta
 from sqlalchemy import Engine
 
 from app.analysis.dispatcher import PageAnalysisHandler
-from app.analysis.events import EventBus
-from app.analysis.readiness import ReadinessGate
-from app.analysis.runner import Runner
+from app.analysis.events import analysis_event_bus
 from app.analysis.vision import VisionClient
 from app.config import Settings
 from app.db import make_engine
 from app.storage import LocalStorage
+from app.worker.events import EventBus
+from app.worker.observer import RunnerObserver
+from app.worker.readiness import ReadinessGate
+from app.worker.runner import Runner
 
 
 @contextmanager
@@ -29,6 +31,7 @@ def analysis_runner(
     engine: Engine | None = None,
     vision: VisionClient | None = None,
     events: EventBus | None = None,
+    observer: RunnerObserver | None = None,
 ) -> Iterator[Runner]:
     """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit."""
     with ExitStack() as owned:
@@ -55,7 +58,8 @@ def analysis_runner(
             job_timeout=settings.job_timeout_seconds,
             idle_poll=settings.idle_poll_seconds,
             readiness=gate,
-            events=events if events is not None else EventBus(engine),
+            events=events if events is not None else analysis_event_bus(engine),
             reap_retention_days=settings.reap_retention_days,
             name="analysis",
+            observer=observer,
         )

@@ -30,10 +30,6 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from app.analysis.events import EventBus, JobEvent
-from app.analysis.handler import JobContext, JobHandler
-from app.analysis.heartbeat import Heartbeat
-from app.analysis.readiness import ReadinessGate
 from app.errors import DispatchTimeout, ServiceError
 from app.queue.jobs import (
     Lease,
@@ -46,6 +42,11 @@ from app.queue.jobs import (
     reclaim_orphaned,
     release,
 )
+from app.worker.events import EventBus, JobEvent
+from app.worker.handler import JobContext, JobHandler
+from app.worker.heartbeat import Heartbeat
+from app.worker.observer import RunnerObserver
+from app.worker.readiness import ReadinessGate
 
 logger = logging.getLogger(__name__)
 
@@ -130,6 +131,7 @@ class Runner:
         events: EventBus | None = None,
         reap_retention_days: int = 0,
         name: str = "worker",
+        observer: RunnerObserver | None = None,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
@@ -143,6 +145,7 @@ class Runner:
         self._events = events
         self._reap_retention_days = reap_retention_days
         self._name = name
+        self._observer = observer
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._wakers: set[threading.Event] = set()
@@ -271,6 +274,7 @@ class Runner:
             return
         if item is None:
             self._ack_nothing_to_do(lease, label)
+            self._observe(ctx, "done")
             return
 
         label = f"job {lease.id} ({handler.describe(item)})"
@@ -291,10 +295,12 @@ class Runner:
                     break
                 if self._stopping.is_set():
                     ctx.cancel.set()
-                    self._release_on_shutdown(lease, breadcrumb, label)
+                    if self._release_on_shutdown(lease, breadcrumb, label):
+                        self._observe(ctx, "released")
                     return
                 if heartbeat.lost:
                     ctx.cancel.set()
+                    self._notify_observer("lease_lost", lease.payload.kind)
                     logger.warning("%s: lease lost mid-dispatch; result discarded", label)
                     return
                 if heartbeat.died is not None:
@@ -367,6 +373,7 @@ class Runner:
             logger.warning("%s: lease no longer current; result discarded", ctx.label)
             return
         duration_ms = ctx.elapsed_ms()
+        self._observe(ctx, "done")
         logger.info("%s completed in %d ms", ctx.label, duration_ms)
         self._publish(
             "completed", ctx.lease, breadcrumb, attempt=ctx.lease.attempts, duration_ms=duration_ms
@@ -411,6 +418,7 @@ class Runner:
                 "%s failed (%s) after its lease was lost; nothing recorded", ctx.label, error
             )
             return
+        self._observe(ctx, "dead" if terminal else "failed")
         if terminal:
             reason = "a permanent error" if permanent else "its last attempt"
             logger.error(
@@ -441,7 +449,7 @@ class Runner:
 
     def _release_on_shutdown(
         self, lease: Lease, breadcrumb: Mapping[str, Any] | None, label: str
-    ) -> None:
+    ) -> bool:
         try:
             with self._engine.begin() as conn:
                 released = release(conn, lease)
@@ -452,10 +460,11 @@ class Runner:
                 label,
                 _short(exc),
             )
-            return
+            return False
         if released:
             logger.info("%s released on shutdown (attempt refunded)", label)
             self._publish("cancelled", lease, breadcrumb, attempt=lease.attempts)
+        return released
 
     def _ack_nothing_to_do(self, lease: Lease, label: str) -> None:
         try:
@@ -498,6 +507,18 @@ class Runner:
             with attempt:
                 return write()
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _observe(self, ctx: JobContext, outcome: str) -> None:
+        elapsed = time.monotonic() - ctx.started_at
+        self._notify_observer("job_finished", ctx.lease.payload.kind, outcome, elapsed)
+
+    def _notify_observer(self, method: str, *args: Any) -> None:
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, method)(*args)
+        except Exception:
+            logger.exception("runner observer failed in %s", method)
 
     def _breadcrumb(self, handler: AnyHandler, item: Any, label: str) -> Mapping[str, Any] | None:
         try:

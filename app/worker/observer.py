@@ -1,0 +1,24 @@
+"""What a runner reports about its jobs, for metrics (or anything else that counts).
+
+The runner calls these from its own threads, after the fact was committed;
+an observer must be quick and thread-safe, and whatever it raises is logged
+and ignored (it never affects a job).
+"""
+
+from __future__ import annotations
+
+from typing import Final, Protocol
+
+OUTCOMES: Final = ("done", "failed", "dead", "released")
+"""How a job's run ends: acked done, failed with a retry to come, dead-lettered,
+or given back (shutdown)."""
+
+
+class RunnerObserver(Protocol):
+    def job_finished(self, kind: str, outcome: str, duration_seconds: float) -> None:
+        """A leased job of `kind` ended with `outcome` (one of `OUTCOMES`)."""
+        ...
+
+    def lease_lost(self, kind: str) -> None:
+        """A heartbeat found a lease of `kind` gone; that job's result is discarded."""
+        ...
