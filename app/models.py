@@ -76,6 +76,8 @@ class Job(Base):
     created_at: Mapped[datetime] = _timestamp()
     updated_at: Mapped[datetime] = _timestamp()
     last_error: Mapped[str | None] = mapped_column(Text)
+    reclaim_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    """How often the job's lease was reclaimed from a worker that died (crash-loop guard)."""
 
     __table_args__ = (
         CheckConstraint(_in("state", JOB_STATES), name="state"),
