@@ -530,3 +530,48 @@ def test_observer_hears_each_outcome_and_a_failing_observer_changes_nothing(harn
     with harness.running(observer=Broken()):
         harness.events.wait_for("completed", third)
     assert harness.analysis(third).status == "done"
+
+
+def test_log_lines_about_a_job_carry_its_fields_even_from_the_dispatch_thread(
+    harness, vision_server
+):
+    import logging
+
+    from app.worker.logcontext import JobFieldsFilter
+
+    records: list[logging.LogRecord] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    collector = Collect(level=logging.INFO)
+    collector.addFilter(JobFieldsFilter())
+    root = logging.getLogger()
+    previous_level = root.level
+    root.setLevel(logging.INFO)
+    root.addHandler(collector)
+    try:
+        # Wider than the 1600 px cap: the handler logs a re-encode on the dispatch thread.
+        page_id = harness.add_page(png_bytes((2000, 120)))
+        job_id = harness.request(page_id)
+        vision_server.script(ok_answer(analysis_content()))
+        with harness.running():
+            harness.events.wait_for("completed", page_id)
+    finally:
+        root.removeHandler(collector)
+        root.setLevel(previous_level)
+
+    about_job = [r for r in records if getattr(r, "job_id", None) == str(job_id)]
+    completed = [r for r in about_job if "completed in" in r.getMessage()]
+    assert len(completed) == 1
+    assert completed[0].page_id == str(page_id)
+    assert completed[0].attempt == 1 and completed[0].kind == KIND_ANALYZE_PAGE
+    assert completed[0].duration_ms >= 0
+    reencoded = [r for r in about_job if "re-encoded" in r.getMessage()]
+    assert reencoded and reencoded[0].threadName.startswith("dispatch-")
+    assert reencoded[0].page_id == str(page_id)
+    outside = [
+        r for r in records if "completed in" not in r.getMessage() and r.threadName == "MainThread"
+    ]
+    assert all(not hasattr(r, "job_id") for r in outside)

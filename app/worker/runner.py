@@ -18,6 +18,7 @@ Per worker thread, per job:
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import logging
 import threading
@@ -45,6 +46,7 @@ from app.queue.jobs import (
 from app.worker.events import EventBus, JobEvent
 from app.worker.handler import JobContext, JobHandler
 from app.worker.heartbeat import Heartbeat
+from app.worker.logcontext import job_log_context
 from app.worker.observer import RunnerObserver
 from app.worker.readiness import ReadinessGate
 
@@ -91,8 +93,14 @@ class _Dispatch:
         self.done = False
         self._handler, self._item, self._ctx = handler, item, ctx
         self._on_done = on_done
+        # The dispatch logs under the job's log fields too (threads start with
+        # an empty context otherwise).
+        self._context = contextvars.copy_context()
         self._thread = threading.Thread(
-            target=self._run, name=f"dispatch-{ctx.lease.id}", daemon=True
+            target=self._context.run,
+            args=(self._run,),
+            name=f"dispatch-{ctx.lease.id}",
+            daemon=True,
         )
 
     def start(self) -> _Dispatch:
@@ -254,6 +262,10 @@ class Runner:
 
     def process(self, lease: Lease) -> None:
         """Run one leased job to its end: done, failed, released or discarded."""
+        with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
+            self._process(lease)
+
+    def _process(self, lease: Lease) -> None:
         handler = self._handlers[lease.payload.kind]
         label = f"job {lease.id}"
         started = time.monotonic()
@@ -280,6 +292,17 @@ class Runner:
         label = f"job {lease.id} ({handler.describe(item)})"
         ctx = dataclasses.replace(ctx, label=label)
         breadcrumb = self._breadcrumb(handler, item, label)
+        with job_log_context(page_id=_log_field(breadcrumb, "page_id")):
+            self._run_loaded(handler, item, ctx, breadcrumb)
+
+    def _run_loaded(
+        self,
+        handler: AnyHandler,
+        item: Any,
+        ctx: JobContext,
+        breadcrumb: Mapping[str, Any] | None,
+    ) -> None:
+        lease, label = ctx.lease, ctx.label
         self._publish("started", lease, breadcrumb, attempt=lease.attempts)
         logger.info("%s started, attempt %d/%d", label, lease.attempts, lease.max_attempts)
 
@@ -374,7 +397,9 @@ class Runner:
             return
         duration_ms = ctx.elapsed_ms()
         self._observe(ctx, "done")
-        logger.info("%s completed in %d ms", ctx.label, duration_ms)
+        logger.info(
+            "%s completed in %d ms", ctx.label, duration_ms, extra={"duration_ms": duration_ms}
+        )
         self._publish(
             "completed", ctx.lease, breadcrumb, attempt=ctx.lease.attempts, duration_ms=duration_ms
         )
@@ -536,6 +561,11 @@ class Runner:
             self._events.publish(JobEvent(event_type, lease.id, breadcrumb, details))
         except Exception:
             logger.exception("could not publish %s for job %s", event_type, lease.id)
+
+
+def _log_field(breadcrumb: Mapping[str, Any] | None, key: str) -> str | None:
+    value = breadcrumb.get(key) if breadcrumb else None
+    return None if value is None else str(value)
 
 
 def _short(exc: BaseException | None) -> str:

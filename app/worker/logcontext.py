@@ -1,0 +1,49 @@
+"""Job fields on log records: every line logged while a job is handled names it.
+
+The runner wraps the handling of one job in `job_log_context(...)`; a
+`JobFieldsFilter` on a handler copies the fields onto each record (as
+attributes, e.g. `record.job_id`), so a JSON formatter can emit them without
+every log call passing `extra=`.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import MappingProxyType
+from typing import Any
+
+_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
+    "job_log_fields", default=MappingProxyType({})
+)
+
+
+@contextmanager
+def job_log_context(**fields: Any) -> Iterator[None]:
+    """Add `fields` (job_id, kind, attempt, page_id, ...) to log records in this block.
+
+    Nested blocks add to (and may override) the outer fields; `None` values are dropped.
+    """
+    merged = {**_fields.get(), **{k: v for k, v in fields.items() if v is not None}}
+    token = _fields.set(merged)
+    try:
+        yield
+    finally:
+        _fields.reset(token)
+
+
+def current_job_fields() -> Mapping[str, Any]:
+    """The fields of the innermost `job_log_context`, or `{}` outside one."""
+    return _fields.get()
+
+
+class JobFieldsFilter(logging.Filter):
+    """Copies the current job fields onto every record it sees (never drops one)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _fields.get().items():
+            if not hasattr(record, key):
+                setattr(record, key, value)
+        return True
