@@ -1,0 +1,473 @@
+"""Framework-neutral admin queries and actions: stats, job listing, retry, page analysis.
+
+Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
+executes on it and never commits or rolls back. Every returned dict is
+JSON-ready (UUIDs as str, times ISO 8601 with an offset) and is exactly the
+body of the matching admin route in DESIGN.md, so the CLI's `--json` and the
+HTTP API print the same thing. Bad input raises a subclass of `AdminError`,
+which carries the HTTP status and machine code the web layers answer with.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Final, cast
+
+from sqlalchemy import (
+    ColumnElement,
+    Table,
+    and_,
+    case,
+    func,
+    literal_column,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.postgresql import UUID as PG_UUID
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import ServiceError
+from app.models import JOB_STATES, Chapter, Manga, Page, PageAnalysis
+from app.queue.jobs import DEAD, KIND, PENDING, Conn, jobs, payload_field, text_literal
+from app.queue.payloads import (
+    ALL_KINDS,
+    KIND_ANALYZE_PAGE,
+    KIND_SYNC_CHAPTER_CONTENT,
+    KIND_SYNC_CHAPTER_LIST,
+    KIND_SYNC_MANGA,
+)
+from app.queue.requests import request_analysis
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LIMIT: Final = 50
+MAX_LIMIT: Final = 500
+MAX_KIND_CHARS: Final = 200
+"""A kind filter longer than this is certainly not a kind: refused before it reaches SQL."""
+
+DEDUP_INDEXES: Final = frozenset(
+    {"uq_crawler_jobs_analyze_page_inflight", "uq_crawler_jobs_chapter_content_inflight"}
+)
+"""The partial unique indexes that allow one in-flight job per page / chapter."""
+
+UNKNOWN_KIND: Final = "unknown"
+"""The stats key for rows whose payload has no `kind` (written by a foreign writer)."""
+
+
+# --- errors ------------------------------------------------------------------
+
+
+class AdminError(ServiceError):
+    """An admin request that cannot be served as asked; `status`/`code` say how to answer."""
+
+    status: int = 400
+    code: str = "bad_request"
+    retryable = False
+
+
+class BadRequest(AdminError):
+    status = 400
+    code = "bad_request"
+
+
+class NotFound(AdminError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(AdminError):
+    status = 409
+    code = "conflict"
+
+
+# --- input parsing -------------------------------------------------------------
+
+
+def parse_uuid(value: str, what: str = "id") -> uuid.UUID:
+    """`value` as a UUID; `BadRequest` naming `what` when it is not one."""
+    try:
+        return uuid.UUID(str(value))
+    except (ValueError, TypeError, AttributeError):
+        raise BadRequest(f"{what} is not a valid UUID: {str(value)[:80]!r}") from None
+
+
+def parse_limit(value: str | int | None) -> int:
+    """A page size in 1..500; `None` or `""` means the default, 50. Anything else: `BadRequest`."""
+    if value is None or value == "":
+        return DEFAULT_LIMIT
+    if isinstance(value, bool):
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}")
+    try:
+        limit = int(value)
+    except (ValueError, TypeError):
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}") from None
+    if not 1 <= limit <= MAX_LIMIT:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, not {limit}")
+    return limit
+
+
+# --- stats -------------------------------------------------------------------
+
+
+def queue_stats(conn: Conn) -> dict[str, Any]:
+    """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
+
+    Every known kind is listed with every state (zeros included), so a page
+    or a script can read any cell without checking; kinds found in rows but
+    unknown to this package are listed too. The age is `now() - scheduled_at`
+    of the oldest pending job that is due (`scheduled_at <= now()`): jobs
+    waiting out a backoff are not late. `None` when nothing is due.
+    """
+    kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
+    rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
+    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in ALL_KINDS}
+    for row_kind, state, number in rows:
+        counts.setdefault(row_kind, dict.fromkeys(JOB_STATES, 0))[state] = int(number)
+    age = conn.execute(
+        select(func.extract("epoch", func.now() - func.min(jobs.c.scheduled_at))).where(
+            jobs.c.state == PENDING, jobs.c.scheduled_at <= func.now()
+        )
+    ).scalar_one()
+    return {
+        "jobs": counts,
+        "oldest_pending_age_seconds": None if age is None else float(age),
+    }
+
+
+# --- listing -----------------------------------------------------------------
+
+
+def encode_cursor(updated_at: datetime, job_id: uuid.UUID) -> str:
+    """The opaque cursor that continues a listing after the job `(updated_at, id)`."""
+    raw = json.dumps({"u": updated_at.isoformat(), "i": str(job_id)}, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
+    """The position a cursor stands for; `BadRequest` for anything this module did not make."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        updated_at = datetime.fromisoformat(data["u"])
+        job_id = uuid.UUID(data["i"])
+    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error, UnicodeError):
+        raise BadRequest("cursor is not one this API issued") from None
+    if updated_at.tzinfo is None:
+        raise BadRequest("cursor is not one this API issued")
+    return updated_at, job_id
+
+
+def _uuid_or_null(text_value: ColumnElement[Any]) -> ColumnElement[Any]:
+    # Payloads written by another writer may hold anything; a bad UUID must
+    # give no label, not an error that fails the whole listing.
+    canonical = text_value.op("~*")(
+        literal_column("'^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$'")
+    )
+    return case((canonical, sql_cast(text_value, PG_UUID(as_uuid=True))), else_=None)
+
+
+def list_jobs(
+    conn: Conn,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    limit: int = DEFAULT_LIMIT,
+    cursor: str | None = None,
+) -> dict[str, Any]:
+    """One page of jobs, newest `updated_at` first (ties by id, descending).
+
+    Returns `{"jobs": [...], "next_cursor": str | None}`; pass `next_cursor`
+    back as `cursor` for the next page (`None`: this was the last). Each job
+    carries a human `label` ("Title ch. 12 p. 3" for page analysis; the
+    manga or chapter for sync jobs; `None` when nothing is known), built in
+    the same single query as the page. An unknown `state`, a bad `limit` or a
+    cursor this API did not issue raise `BadRequest`. `kind` is any string
+    (hosts run kinds of their own).
+    """
+    if state is not None and state not in JOB_STATES:
+        raise BadRequest(f"state must be one of {', '.join(JOB_STATES)}")
+    if kind is not None and (not kind or len(kind) > MAX_KIND_CHARS):
+        raise BadRequest("kind must be a non-empty job kind")
+    limit = parse_limit(limit)
+    position = decode_cursor(cursor) if cursor else None
+
+    conditions: list[ColumnElement[bool]] = []
+    if state is not None:
+        conditions.append(jobs.c.state == state)
+    if kind is not None:
+        conditions.append(payload_field("kind") == kind)
+    if position is not None:
+        conditions.append(tuple_(jobs.c.updated_at, jobs.c.id) < tuple_(*position))
+    # One more row than asked tells whether another page exists.
+    page = (
+        select(
+            jobs.c.id,
+            jobs.c.payload,
+            KIND.label("kind"),
+            jobs.c.state,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.last_error,
+            jobs.c.scheduled_at,
+            jobs.c.updated_at,
+        )
+        .where(*conditions)
+        .order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())
+        .limit(limit + 1)
+        .cte("page")
+    )
+    rows = conn.execute(_with_labels(page)).all()
+    more = len(rows) > limit
+    rows = rows[:limit]
+    next_cursor = encode_cursor(rows[-1].updated_at, rows[-1].id) if more else None
+    return {
+        "jobs": [
+            {
+                "id": str(row.id),
+                "kind": row.kind,
+                "state": row.state,
+                "attempts": row.attempts,
+                "max_attempts": row.max_attempts,
+                "last_error": row.last_error,
+                "scheduled_at": row.scheduled_at.isoformat(),
+                "updated_at": row.updated_at.isoformat(),
+                "label": _label(row),
+            }
+            for row in rows
+        ],
+        "next_cursor": next_cursor,
+    }
+
+
+def _with_labels(page: Any) -> Any:
+    """The page joined to what its payloads point at: page -> chapter -> manga for
+    `analyze_page`, chapter -> manga for `sync_chapter_content`, manga for
+    `sync_chapter_list`. Joins by primary key, so the cost is per row of the page."""
+    pages = cast(Table, Page.__table__).alias("p")
+    page_chapters = cast(Table, Chapter.__table__).alias("pc")
+    page_mangas = cast(Table, Manga.__table__).alias("pm")
+    chapters = cast(Table, Chapter.__table__).alias("c")
+    chapter_mangas = cast(Table, Manga.__table__).alias("cm")
+    mangas = cast(Table, Manga.__table__).alias("m")
+    field = page.c.payload.op("->>")
+    return (
+        select(
+            page,
+            pages.c.number.label("page_number"),
+            page_chapters.c.number.label("page_chapter_number"),
+            page_mangas.c.title.label("page_manga_title"),
+            chapters.c.number.label("chapter_number"),
+            chapter_mangas.c.title.label("chapter_manga_title"),
+            mangas.c.title.label("manga_title"),
+        )
+        .select_from(page)
+        .outerjoin(
+            pages,
+            and_(
+                page.c.kind == text_literal(KIND_ANALYZE_PAGE),
+                pages.c.id == _uuid_or_null(field(text_literal("page_id"))),
+            ),
+        )
+        .outerjoin(page_chapters, page_chapters.c.id == pages.c.chapter_id)
+        .outerjoin(page_mangas, page_mangas.c.id == page_chapters.c.manga_id)
+        .outerjoin(
+            chapters,
+            and_(
+                page.c.kind == text_literal(KIND_SYNC_CHAPTER_CONTENT),
+                chapters.c.id == _uuid_or_null(field(text_literal("chapter_id"))),
+            ),
+        )
+        .outerjoin(chapter_mangas, chapter_mangas.c.id == chapters.c.manga_id)
+        .outerjoin(
+            mangas,
+            and_(
+                page.c.kind == text_literal(KIND_SYNC_CHAPTER_LIST),
+                mangas.c.id == _uuid_or_null(field(text_literal("manga_id"))),
+            ),
+        )
+        .order_by(page.c.updated_at.desc(), page.c.id.desc())
+    )
+
+
+def chapter_number_text(number: Decimal | int | float) -> str:
+    """`12`, `10.5`: a chapter number as a reader writes it (no `12.0`, no `1E+1`)."""
+    text = format(Decimal(str(number)).normalize(), "f")
+    return text
+
+
+def _label(row: Any) -> str | None:
+    payload = row.payload if isinstance(row.payload, dict) else {}
+    if row.kind == KIND_ANALYZE_PAGE:
+        if row.page_manga_title is not None:
+            chapter = chapter_number_text(row.page_chapter_number)
+            return f"{row.page_manga_title} ch. {chapter} p. {row.page_number}"
+        return f"page {payload['page_id']}" if payload.get("page_id") else None
+    if row.kind == KIND_SYNC_CHAPTER_CONTENT:
+        if row.chapter_manga_title is not None:
+            return f"{row.chapter_manga_title} ch. {chapter_number_text(row.chapter_number)}"
+        return f"chapter {payload['chapter_id']}" if payload.get("chapter_id") else None
+    if row.kind == KIND_SYNC_CHAPTER_LIST:
+        if row.manga_title is not None:
+            return str(row.manga_title)
+        return f"manga {payload['manga_id']}" if payload.get("manga_id") else None
+    if row.kind == KIND_SYNC_MANGA:
+        title = payload.get("title") or ""
+        if title:
+            return str(title)
+        key = payload.get("source_manga_key")
+        return f"{payload.get('source_id', '')}:{key}" if key else None
+    return None
+
+
+# --- retry -------------------------------------------------------------------
+
+
+def retry_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
+    """Move a dead job back to `pending`, attempts (and reclaims) reset, due now.
+
+    Fenced on `state = 'dead'` in the UPDATE itself, so a concurrent change
+    of state wins and this answers `Conflict`. `last_error` is kept: it
+    still explains why the job died until the next attempt overwrites it.
+    `NotFound` for an unknown id; `Conflict` when the job is not dead, or
+    when another job of the same page (or chapter) is already pending or
+    running: then nothing changes and the caller's transaction stays usable.
+    """
+    if not _retry_one(conn, job_id):
+        current = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar_one_or_none()
+        if current is None:
+            raise NotFound(f"no job {job_id}")
+        raise Conflict(f"job {job_id} is {current}, not dead; only dead jobs can be retried")
+    logger.info("job %s retried by an admin: back to pending, attempts reset", job_id)
+    return {"id": str(job_id), "state": "pending"}
+
+
+def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
+    """Retry every dead job (of `kind`, if given); returns the ids moved to pending.
+
+    A dead job whose page (or chapter) already has a job in flight is skipped
+    and left dead; of several dead jobs for one page, the most recently
+    updated is retried and the others are skipped.
+    """
+    statement = select(jobs.c.id).where(jobs.c.state == DEAD)
+    if kind is not None:
+        statement = statement.where(payload_field("kind") == kind)
+    dead = conn.execute(statement.order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())).scalars()
+    retried: list[uuid.UUID] = []
+    skipped = 0
+    # One savepoint per job: a dedup clash skips that job, not the batch.
+    for job_id in list(dead):
+        try:
+            moved = _retry_one(conn, job_id)
+        except Conflict:
+            moved = False
+        if moved:
+            retried.append(job_id)
+        else:
+            skipped += 1
+    logger.info("retried %d dead job(s); skipped %d whose slot was taken", len(retried), skipped)
+    return retried
+
+
+def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
+    """`True` if the job was dead and is now pending; `False` if it was not dead.
+    `Conflict` (nothing changed) when its dedup slot is taken."""
+    statement = (
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == DEAD)
+        .values(
+            state=PENDING,
+            attempts=0,
+            reclaim_count=0,
+            leased_until=None,
+            scheduled_at=func.now(),
+            updated_at=func.now(),
+        )
+        .returning(jobs.c.id)
+    )
+    try:
+        # The savepoint confines a unique violation to this statement, so the
+        # caller's transaction (a host's request, say) is still usable after.
+        with conn.begin_nested():
+            return conn.execute(statement).first() is not None
+    except IntegrityError as exc:
+        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+        if constraint not in DEDUP_INDEXES:
+            raise
+        raise Conflict(
+            f"job {job_id} cannot be retried: another job for the same "
+            "page or chapter is already pending or running"
+        ) from None
+
+
+# --- page analysis -----------------------------------------------------------
+
+
+def get_page_analysis(conn: Conn, page_id: uuid.UUID) -> dict[str, Any]:
+    """The page's latest analysis, as `GET api/pages/<id>/analysis` answers it.
+
+    `nsfw` is `None` when no verdict was recorded (the OCR backend, a failed
+    analysis). `NotFound` when the page has no analysis.
+    """
+    table = cast(Table, PageAnalysis.__table__)
+    row = conn.execute(select(table).where(table.c.page_id == page_id)).first()
+    if row is None:
+        raise NotFound(f"page {page_id} has no analysis")
+    nsfw = None
+    if row.nsfw_rating is not None:
+        score = None if row.nsfw_score is None else float(row.nsfw_score)
+        nsfw = {"rating": row.nsfw_rating, "score": score}
+    return {
+        "page_id": str(row.page_id),
+        "status": row.status,
+        "ocr_text": row.ocr_text,
+        "tags": list(row.tags or []),
+        "description": row.description,
+        "nsfw": nsfw,
+        "model": row.model,
+        "duration_ms": row.duration_ms,
+        "error": row.error,
+        "updated_at": row.updated_at.isoformat(),
+    }
+
+
+def request_page_analysis(conn: Conn, page_id: uuid.UUID, *, force: bool = False) -> dict[str, Any]:
+    """Ask for the page to be analysed (again, with `force`): `{"job_id": str}`.
+
+    Dedup as `request_analysis`: a job already pending or running for the
+    page is the answer (and is forced, with `force`). `NotFound` when no such
+    page exists.
+    """
+    exists = conn.execute(select(Page.id).where(Page.id == page_id)).first()
+    if exists is None:
+        raise NotFound(f"no page {page_id}")
+    job_id = request_analysis(conn, page_id, force=force)
+    if job_id is None:
+        # request_analysis lost its insert/look-up race three times in a row.
+        raise Conflict(f"could not enqueue analysis of page {page_id}; try again")
+    return {"job_id": str(job_id)}
+
+
+__all__ = [
+    "AdminError",
+    "BadRequest",
+    "Conflict",
+    "NotFound",
+    "decode_cursor",
+    "encode_cursor",
+    "get_page_analysis",
+    "list_jobs",
+    "parse_limit",
+    "parse_uuid",
+    "queue_stats",
+    "request_page_analysis",
+    "retry_dead_jobs",
+    "retry_job",
+]
