@@ -153,7 +153,6 @@ def admin_blueprint(
             stream,
             mimetype="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-            direct_passthrough=True,
         )
 
     api("api/stats", GET=stats)
