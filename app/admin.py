@@ -23,6 +23,7 @@ from sqlalchemy import (
     Table,
     func,
     select,
+    text,
     tuple_,
     update,
 )
@@ -256,26 +257,86 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
 
     A dead job whose page (or chapter) already has a job in flight is skipped
     and left dead; of several dead jobs for one page, the most recently
-    updated is retried and the others are skipped.
+    updated is retried and the others are skipped. One statement in the
+    common case; if a job is enqueued for one of those pages meanwhile, the
+    statement's unique violation is rolled back to a savepoint and the jobs
+    are retried one by one instead.
     """
+    try:
+        with conn.begin_nested():
+            retried = [row.id for row in conn.execute(_RETRY_ALL_DEAD, {"kind": kind})]
+    except IntegrityError as exc:
+        if _constraint(exc) not in DEDUP_INDEXES:
+            raise
+        logger.info("a dead job's slot was taken during the batch retry; retrying one by one")
+        retried = _retry_dead_one_by_one(conn, kind)
+    logger.info("retried %d dead job(s)%s", len(retried), f" of kind {kind}" if kind else "")
+    return retried
+
+
+# The newest dead job per dedup slot (page or chapter; every other job is its
+# own slot) whose slot is free. The literal kinds and states let the planner
+# probe the partial unique indexes for the in-flight check.
+_RETRY_ALL_DEAD = text(
+    """
+    WITH candidates AS (
+        SELECT DISTINCT ON (slot) id
+        FROM (
+            SELECT d.id, d.updated_at, d.payload,
+                   coalesce(
+                       CASE d.payload ->> 'kind'
+                           WHEN 'analyze_page' THEN 'p:' || (d.payload ->> 'page_id')
+                           WHEN 'sync_chapter_content' THEN 'c:' || (d.payload ->> 'chapter_id')
+                       END,
+                       d.id::text
+                   ) AS slot
+            FROM crawler_jobs d
+            WHERE d.state = 'dead'
+              AND (CAST(:kind AS text) IS NULL OR d.payload ->> 'kind' = :kind)
+        ) dead
+        WHERE NOT (
+                dead.payload ->> 'kind' = 'analyze_page' AND EXISTS (
+                    SELECT 1 FROM crawler_jobs f
+                    WHERE f.payload ->> 'kind' = 'analyze_page'
+                      AND f.state IN ('pending', 'running')
+                      AND f.payload ->> 'page_id' = dead.payload ->> 'page_id'))
+          AND NOT (
+                dead.payload ->> 'kind' = 'sync_chapter_content' AND EXISTS (
+                    SELECT 1 FROM crawler_jobs f
+                    WHERE f.payload ->> 'kind' = 'sync_chapter_content'
+                      AND f.state IN ('pending', 'running')
+                      AND f.payload ->> 'chapter_id' = dead.payload ->> 'chapter_id'))
+        ORDER BY slot, dead.updated_at DESC, dead.id DESC
+    )
+    UPDATE crawler_jobs j
+    SET state = 'pending', attempts = 0, reclaim_count = 0,
+        leased_until = NULL, scheduled_at = now(), updated_at = now()
+    FROM candidates
+    WHERE j.id = candidates.id AND j.state = 'dead'
+    RETURNING j.id
+    """
+)
+
+
+def _retry_dead_one_by_one(conn: Conn, kind: str | None) -> list[uuid.UUID]:
     statement = select(jobs.c.id).where(jobs.c.state == DEAD)
     if kind is not None:
         statement = statement.where(payload_field("kind") == kind)
     dead = conn.execute(statement.order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())).scalars()
     retried: list[uuid.UUID] = []
-    skipped = 0
     # One savepoint per job: a dedup clash skips that job, not the batch.
     for job_id in list(dead):
         try:
-            moved = _retry_one(conn, job_id)
+            if _retry_one(conn, job_id):
+                retried.append(job_id)
         except Conflict:
-            moved = False
-        if moved:
-            retried.append(job_id)
-        else:
-            skipped += 1
-    logger.info("retried %d dead job(s); skipped %d whose slot was taken", len(retried), skipped)
+            continue
     return retried
+
+
+def _constraint(exc: IntegrityError) -> str | None:
+    name = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+    return name if isinstance(name, str) else None
 
 
 def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
@@ -300,8 +361,7 @@ def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
         with conn.begin_nested():
             return conn.execute(statement).first() is not None
     except IntegrityError as exc:
-        constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
-        if constraint not in DEDUP_INDEXES:
+        if _constraint(exc) not in DEDUP_INDEXES:
             raise
         raise Conflict(
             f"job {job_id} cannot be retried: another job for the same "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import threading
 import uuid
 from datetime import datetime
@@ -334,6 +335,44 @@ def test_retry_dead_jobs_retries_all_skipping_taken_slots(engine):
         assert job_row(conn, clash).state == "dead"
         assert job_row(conn, older).state == "dead"
         assert retry_dead_jobs(conn) == []
+
+
+def test_retry_dead_jobs_falls_back_when_a_slot_is_taken_during_the_batch(engine, caplog):
+    caplog.set_level(logging.INFO, logger="app.admin")
+    raced = uuid.uuid4()
+    with engine.begin() as conn:
+        clash = _dead(conn, AnalyzePage(page_id=raced))
+        free = _dead(conn, AnalyzePage(page_id=uuid.uuid4()))
+    outcome = {}
+    with engine.connect() as other:
+        other.begin()
+        # Enqueued but not yet committed: invisible to the batch's in-flight check.
+        enqueue(other, AnalyzePage(page_id=raced))
+
+        def retry_all():
+            with engine.begin() as conn:
+                outcome["retried"] = retry_dead_jobs(conn)
+
+        thread = threading.Thread(target=retry_all)
+        thread.start()
+        # The batch UPDATE waits on the unique index entry of the uncommitted enqueue.
+        wait_until(
+            lambda: (
+                count(
+                    engine,
+                    "SELECT count(*) FROM pg_stat_activity "
+                    "WHERE wait_event_type = 'Lock' AND datname = current_database()",
+                )
+                == 1
+            )
+        )
+        other.commit()
+        thread.join(timeout=10)
+    assert outcome["retried"] == [free]
+    assert any("one by one" in record.getMessage() for record in caplog.records)
+    with engine.connect() as conn:
+        assert job_row(conn, clash).state == "dead"
+        assert job_row(conn, free).state == "pending"
 
 
 def test_page_analysis_read(engine):
