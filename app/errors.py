@@ -76,3 +76,26 @@ class VisionCancelled(VisionError):
 
 class VisionProtocolError(VisionError):
     """The server answered 2xx with something that is not an OpenAI chat completion."""
+
+
+class AdminError(ServiceError):
+    """An admin request that cannot be served as asked; `status`/`code` say how to answer."""
+
+    status: int = 400
+    code: str = "bad_request"
+    retryable = False
+
+
+class BadRequest(AdminError):
+    status = 400
+    code = "bad_request"
+
+
+class NotFound(AdminError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(AdminError):
+    status = 409
+    code = "conflict"

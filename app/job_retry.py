@@ -1,0 +1,160 @@
+"""Retrying dead jobs: one by one from the admin API, all at once from the CLI.
+
+Re-exported by `app.admin`; see there for the contract every admin function keeps
+(`conn` first, never commits, JSON-ready results).
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Final
+
+from sqlalchemy import func, select, text, update
+from sqlalchemy.exc import IntegrityError
+
+from app.errors import Conflict, NotFound
+from app.queue.jobs import DEAD, PENDING, Conn, jobs, payload_field
+
+logger = logging.getLogger(__name__)
+
+DEDUP_INDEXES: Final = frozenset(
+    {"uq_crawler_jobs_analyze_page_inflight", "uq_crawler_jobs_chapter_content_inflight"}
+)
+"""The partial unique indexes that allow one in-flight job per page / chapter."""
+
+
+def retry_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
+    """Move a dead job back to `pending`, attempts (and reclaims) reset, due now.
+
+    Fenced on `state = 'dead'` in the UPDATE itself, so a concurrent change
+    of state wins and this answers `Conflict`. `last_error` is kept: it
+    still explains why the job died until the next attempt overwrites it.
+    `NotFound` for an unknown id; `Conflict` when the job is not dead, or
+    when another job of the same page (or chapter) is already pending or
+    running: then nothing changes and the caller's transaction stays usable.
+    """
+    if not _retry_one(conn, job_id):
+        current = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar_one_or_none()
+        if current is None:
+            raise NotFound(f"no job {job_id}")
+        raise Conflict(f"job {job_id} is {current}, not dead; only dead jobs can be retried")
+    logger.info("job %s retried by an admin: back to pending, attempts reset", job_id)
+    return {"id": str(job_id), "state": "pending"}
+
+
+def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
+    """Retry every dead job (of `kind`, if given); returns the ids moved to pending.
+
+    A dead job whose page (or chapter) already has a job in flight is skipped
+    and left dead; of several dead jobs for one page, the most recently
+    updated is retried and the others are skipped. One statement in the
+    common case; if a job is enqueued for one of those pages meanwhile, the
+    statement's unique violation is rolled back to a savepoint and the jobs
+    are retried one by one instead.
+    """
+    try:
+        with conn.begin_nested():
+            retried = [row.id for row in conn.execute(_RETRY_ALL_DEAD, {"kind": kind})]
+    except IntegrityError as exc:
+        if _constraint(exc) not in DEDUP_INDEXES:
+            raise
+        logger.info("a dead job's slot was taken during the batch retry; retrying one by one")
+        retried = _retry_dead_one_by_one(conn, kind)
+    logger.info("retried %d dead job(s)%s", len(retried), f" of kind {kind}" if kind else "")
+    return retried
+
+
+# The newest dead job per dedup slot (page or chapter; every other job is its
+# own slot) whose slot is free. The literal kinds and states let the planner
+# probe the partial unique indexes for the in-flight check.
+_RETRY_ALL_DEAD = text(
+    """
+    WITH candidates AS (
+        SELECT DISTINCT ON (slot) id
+        FROM (
+            SELECT d.id, d.updated_at, d.payload,
+                   coalesce(
+                       CASE d.payload ->> 'kind'
+                           WHEN 'analyze_page' THEN 'p:' || (d.payload ->> 'page_id')
+                           WHEN 'sync_chapter_content' THEN 'c:' || (d.payload ->> 'chapter_id')
+                       END,
+                       d.id::text
+                   ) AS slot
+            FROM crawler_jobs d
+            WHERE d.state = 'dead'
+              AND (CAST(:kind AS text) IS NULL OR d.payload ->> 'kind' = :kind)
+        ) dead
+        WHERE NOT (
+                dead.payload ->> 'kind' = 'analyze_page' AND EXISTS (
+                    SELECT 1 FROM crawler_jobs f
+                    WHERE f.payload ->> 'kind' = 'analyze_page'
+                      AND f.state IN ('pending', 'running')
+                      AND f.payload ->> 'page_id' = dead.payload ->> 'page_id'))
+          AND NOT (
+                dead.payload ->> 'kind' = 'sync_chapter_content' AND EXISTS (
+                    SELECT 1 FROM crawler_jobs f
+                    WHERE f.payload ->> 'kind' = 'sync_chapter_content'
+                      AND f.state IN ('pending', 'running')
+                      AND f.payload ->> 'chapter_id' = dead.payload ->> 'chapter_id'))
+        ORDER BY slot, dead.updated_at DESC, dead.id DESC
+    )
+    UPDATE crawler_jobs j
+    SET state = 'pending', attempts = 0, reclaim_count = 0,
+        leased_until = NULL, scheduled_at = now(), updated_at = now()
+    FROM candidates
+    WHERE j.id = candidates.id AND j.state = 'dead'
+    RETURNING j.id
+    """
+)
+
+
+def _retry_dead_one_by_one(conn: Conn, kind: str | None) -> list[uuid.UUID]:
+    statement = select(jobs.c.id).where(jobs.c.state == DEAD)
+    if kind is not None:
+        statement = statement.where(payload_field("kind") == kind)
+    dead = conn.execute(statement.order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())).scalars()
+    retried: list[uuid.UUID] = []
+    # One savepoint per job: a dedup clash skips that job, not the batch.
+    for job_id in list(dead):
+        try:
+            if _retry_one(conn, job_id):
+                retried.append(job_id)
+        except Conflict:
+            continue
+    return retried
+
+
+def _constraint(exc: IntegrityError) -> str | None:
+    name = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+    return name if isinstance(name, str) else None
+
+
+def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
+    """`True` if the job was dead and is now pending; `False` if it was not dead.
+    `Conflict` (nothing changed) when its dedup slot is taken."""
+    statement = (
+        update(jobs)
+        .where(jobs.c.id == job_id, jobs.c.state == DEAD)
+        .values(
+            state=PENDING,
+            attempts=0,
+            reclaim_count=0,
+            leased_until=None,
+            scheduled_at=func.now(),
+            updated_at=func.now(),
+        )
+        .returning(jobs.c.id)
+    )
+    try:
+        # The savepoint confines a unique violation to this statement, so the
+        # caller's transaction (a host's request, say) is still usable after.
+        with conn.begin_nested():
+            return conn.execute(statement).first() is not None
+    except IntegrityError as exc:
+        if _constraint(exc) not in DEDUP_INDEXES:
+            raise
+        raise Conflict(
+            f"job {job_id} cannot be retried: another job for the same "
+            "page or chapter is already pending or running"
+        ) from None
