@@ -116,6 +116,26 @@ def test_with_both_either_lets_in(engine):
     _error(client.get(f"{PREFIX}/api/stats", headers={"Authorization": "Bearer wrong"}), 401)
 
 
+def test_a_cross_site_post_let_in_by_authorize_alone_is_refused(engine):
+    with engine.begin() as conn:
+        page_id = make_page(conn)
+    client = _app(engine, authorize=lambda req: True).test_client()
+    url = f"{PREFIX}/api/pages/{page_id}/analysis"
+    for headers in ({"Sec-Fetch-Site": "cross-site"}, {"Origin": "https://evil.example"}):
+        _error(client.post(url, headers=headers), 403, "cross_site")
+    assert count(engine, "SELECT count(*) FROM crawler_jobs") == 0
+    # Reads are not guarded; the same origin and non-browser clients may write.
+    assert (
+        client.get(f"{PREFIX}/api/stats", headers={"Sec-Fetch-Site": "cross-site"}).status_code
+        == 200
+    )
+    assert client.post(url, headers={"Sec-Fetch-Site": "same-origin"}).status_code == 202
+    assert client.post(url, headers={"Origin": "http://localhost"}).status_code == 202
+    assert client.post(url).status_code == 202
+    # A bearer token is no ambient credential: it passes from anywhere.
+    assert client.post(url, headers={**AUTH, "Sec-Fetch-Site": "cross-site"}).status_code == 202
+
+
 def test_an_authorize_that_raises_is_a_no(engine):
     def authorize(req) -> bool:
         raise RuntimeError("session store down")

@@ -12,6 +12,12 @@ The rules (DESIGN "Embedding in a web backend"):
   would also have been accepted) carries `WWW-Authenticate: Bearer`.
 
 An `authorize` that raises is a "no" (fail closed); the error is logged.
+
+A request let in by `authorize` alone usually rides on a cookie, which a
+browser sends along with requests other sites make: so such a request that
+changes something (POST, ...) must come from the same origin (`cross_site`),
+the way Django's CSRF check guards a staff session. A bearer token is never
+sent by a browser on its own, so token requests need no such check.
 """
 
 from __future__ import annotations
@@ -80,6 +86,11 @@ class AdminAuth:
             return Refusal(403, "forbidden", "not allowed to use the admin API", challenge)
         return Refusal(401, "unauthorized", "send Authorization: Bearer <token>", "Bearer")
 
+    def token_valid(self, authorization: str | None) -> bool:
+        """Whether the header carries the configured bearer token."""
+        presented = bearer_token(authorization)
+        return self._token is not None and presented is not None and _same(presented, self._token)
+
     def _authorized(self, request: Any) -> bool:
         assert self._authorize is not None
         try:
@@ -87,6 +98,32 @@ class AdminAuth:
         except Exception:
             logger.exception("the admin authorize callable raised; refusing the request")
             return False
+
+
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+
+CROSS_SITE_REFUSAL: Final = Refusal(
+    403, "cross_site", "a cross-site request may not change anything here", None
+)
+
+
+def cross_site(
+    method: str, *, sec_fetch_site: str | None, origin: str | None, own_origin: str
+) -> bool:
+    """Whether an unsafe request came from another site, as far as the browser says.
+
+    `Sec-Fetch-Site` decides when present (only `same-origin` and `none`, a
+    typed URL, pass); else an `Origin` must equal `own_origin`
+    (`scheme://host[:port]` of the request); a request with neither is not
+    from a browser page and passes.
+    """
+    if method.upper() in SAFE_METHODS:
+        return False
+    if sec_fetch_site:
+        return sec_fetch_site.strip().lower() not in ("same-origin", "none")
+    if origin:
+        return origin.strip().rstrip("/").lower() != own_origin.rstrip("/").lower()
+    return False
 
 
 def bearer_token(authorization: str | None) -> str | None:

@@ -26,7 +26,7 @@ from sqlalchemy.exc import OperationalError
 
 from app import admin
 from app.admin import AdminError, BadRequest
-from app.web.auth import AdminAuth, Authorize, Refusal
+from app.web.auth import CROSS_SITE_REFUSAL, AdminAuth, Authorize, Refusal, cross_site
 from app.web.events import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MAX_STREAMS,
@@ -84,6 +84,13 @@ def admin_blueprint(
             refusal = auth.check(request.headers.get("Authorization"), current)
             if refusal is not None:
                 return _refusal(refusal)
+            if not auth.token_valid(request.headers.get("Authorization")) and cross_site(
+                request.method,
+                sec_fetch_site=request.headers.get("Sec-Fetch-Site"),
+                origin=request.headers.get("Origin"),
+                own_origin=request.host_url,
+            ):
+                return _refusal(CROSS_SITE_REFUSAL)
             method = "GET" if request.method == "HEAD" else request.method
             view = views.get(method)
             if view is None:
