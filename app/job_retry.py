@@ -13,7 +13,7 @@ from typing import Any, Final
 from sqlalchemy import func, select, text, update
 from sqlalchemy.exc import IntegrityError
 
-from app.errors import Conflict, NotFound
+from app.errors import BadRequest, Conflict, NotFound
 from app.queue.jobs import DEAD, PENDING, Conn, jobs, payload_field
 
 logger = logging.getLogger(__name__)
@@ -22,6 +22,19 @@ DEDUP_INDEXES: Final = frozenset(
     {"uq_crawler_jobs_analyze_page_inflight", "uq_crawler_jobs_chapter_content_inflight"}
 )
 """The partial unique indexes that allow one in-flight job per page / chapter."""
+
+
+MAX_KIND_CHARS: Final = 200
+"""A kind filter longer than this is certainly not a kind: refused before it reaches SQL."""
+
+
+def check_kind(kind: str | None) -> None:
+    """`BadRequest` for a kind filter no job can have (empty, huge, control characters:
+    Postgres text cannot even hold a NUL)."""
+    if kind is None:
+        return
+    if not kind or len(kind) > MAX_KIND_CHARS or not kind.isprintable():
+        raise BadRequest("kind must be a job kind: printable, 1 to 200 characters")
 
 
 def retry_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
@@ -53,6 +66,7 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
     statement's unique violation is rolled back to a savepoint and the jobs
     are retried one by one instead.
     """
+    check_kind(kind)
     try:
         with conn.begin_nested():
             retried = [row.id for row in conn.execute(_RETRY_ALL_DEAD, {"kind": kind})]

@@ -215,6 +215,10 @@ def test_forged_cursors_and_bad_filters_are_bad_requests(engine, cursor):
             list_jobs(conn, state="zombie")
         with pytest.raises(BadRequest, match="limit"):
             list_jobs(conn, limit=0)
+        with pytest.raises(BadRequest, match="kind"):
+            list_jobs(conn, kind="a\x00b")
+        with pytest.raises(BadRequest, match="kind"):
+            retry_dead_jobs(conn, kind="")
 
 
 def test_a_cursor_from_encode_cursor_round_trips(engine):

@@ -185,6 +185,8 @@ def test_stats_and_listing_routes(client, engine):
         "limit=-1",
         "state=zombie",
         "cursor=forged",
+        "kind=%00",
+        "kind=" + "k" * 201,
         "cursor=eyJ1IjogMX0",
     ],
 )
