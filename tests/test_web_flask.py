@@ -351,3 +351,23 @@ def test_a_plain_engine_is_never_disposed_by_the_blueprint(engine):
     client = _app(engine).test_client()
     assert client.get(f"{PREFIX}/api/stats", headers=AUTH).status_code == 200
     assert engine.pool is pool and pool.checkedout() == 0
+
+
+NASTY = ["", "%00", "%FF%FE", "..%2F..", "' OR 1=1 --", "9" * 400, "null", "[]", "%E2%80%AE"]
+
+
+def test_nasty_input_anywhere_never_yields_a_500(client, engine):
+    with engine.begin() as conn:
+        make_page(conn)
+    for value in NASTY:
+        for method, url in [
+            ("GET", f"{PREFIX}/api/jobs?state={value}&kind={value}&limit={value}&cursor={value}"),
+            ("POST", f"{PREFIX}/api/jobs/{value}/retry"),
+            ("GET", f"{PREFIX}/api/pages/{value}/analysis"),
+            ("POST", f"{PREFIX}/api/pages/{value}/analysis"),
+            ("PATCH", f"{PREFIX}/api/stats?{value}"),
+        ]:
+            response = client.open(url, method=method, headers=AUTH, data=value)
+            assert response.status_code < 500, (method, url, response.get_data(as_text=True))
+            if response.status_code >= 400:
+                _error(response, response.status_code)
