@@ -13,6 +13,12 @@ with capped exponential backoff when the database restarts or its backend
 is terminated (events published while disconnected are lost: NOTIFY is not
 durable; a `: reconnected` comment tells the client so).
 
+What a client reads, in order: `retry: 3000` (EventSource's reconnect
+delay), `: listening` once LISTEN is active, then events, `: keep-alive`
+comments, and `: reconnected; events may have been missed` after a lost
+connection was replaced. Comment lines are for humans and tests; an SSE
+client ignores them.
+
 A stream is an iterable of `str` chunks that runs on the server's request
 thread and starts no thread of its own. The server calls `close()` when the
 client goes away (a WSGI server does once a write fails, which the
