@@ -76,6 +76,9 @@ def _serve(engine, **options) -> Iterator[tuple[str, int, Flask]]:
     thread.start()
     try:
         yield "127.0.0.1", server.port, app
+        # Every stream ends with its client: none may outlive the test (or its database).
+        streams = app.blueprints["page_analysis_admin"].event_streams
+        wait_until(lambda: streams.open_streams == 0, timeout=10)
     finally:
         server.shutdown()
         thread.join(timeout=10)
@@ -123,8 +126,9 @@ def _listeners(engine) -> int:
     )
 
 
-def _request_threads() -> int:
-    return sum(1 for t in threading.enumerate() if t.name != "test-http-server" and t.is_alive())
+def _request_threads() -> set[threading.Thread]:
+    """Live request threads of the test servers (socketserver names them after their target)."""
+    return {t for t in threading.enumerate() if "process_request_thread" in t.name and t.is_alive()}
 
 
 def test_stream_forwards_an_event_published_by_another_process(engine, database_url):
@@ -224,15 +228,15 @@ def test_stream_backs_off_while_the_database_refuses_and_then_reconnects(
 def test_client_going_away_ends_the_thread_and_closes_the_connection(engine):
     with _serve(engine) as (host, port, app):
         streams = app.blueprints["page_analysis_admin"].event_streams
-        threads_before = _request_threads()
+        threads_before = _request_threads()  # earlier tests' threads may still be ending
         client = SSEClient(host, port)
         client.read_until(lambda line: line == ": listening")
         assert _listeners(engine) == 1 and streams.open_streams == 1
-        assert _request_threads() == threads_before + 1
+        (stream_thread,) = _request_threads() - threads_before
         client.close()
         wait_until(lambda: _listeners(engine) == 0, timeout=10)
         wait_until(lambda: streams.open_streams == 0, timeout=10)
-        wait_until(lambda: _request_threads() == threads_before, timeout=10)
+        wait_until(lambda: not stream_thread.is_alive(), timeout=10)
 
 
 def test_streams_beyond_the_cap_get_a_503(engine):
