@@ -1,0 +1,76 @@
+"""The Django app: configuration is read and engines are set up in `ready()`."""
+
+from __future__ import annotations
+
+import threading
+
+from django.apps import AppConfig, apps
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL
+
+from app.db import make_engine
+from app.web.django.borrowed import BorrowedEngines
+from app.web.django.conf import PageAnalysisSettings, page_analysis_settings, sqlalchemy_url
+
+ADMIN_POOL_SIZE = 5
+"""Connections the admin views may hold at once (the event streams have their own)."""
+
+
+class PageAnalysisConfig(AppConfig):
+    """`INSTALLED_APPS = [..., "app.web.django"]`. It has no models: the
+    schema is alembic's (`manage.py page_analysis_migrate`)."""
+
+    name = "app.web.django"
+    label = "page_analysis"
+    verbose_name = "Page analysis"
+
+    settings: PageAnalysisSettings
+    borrowed: BorrowedEngines
+
+    def ready(self) -> None:
+        self.settings = page_analysis_settings()
+        self.borrowed = BorrowedEngines()
+        self._admin_engine: Engine | None = None
+        self._admin_url: URL | None = None
+        self._lock = threading.Lock()
+
+    def database_url(self) -> URL:
+        """SQLAlchemy URL of the configured Django database, as it is now."""
+        return sqlalchemy_url(self.settings.database_alias)
+
+    def admin_engine(self) -> Engine:
+        """The engine of the admin views, built on first use.
+
+        Rebuilt when Django's settings for the alias changed since (Django's
+        test runner renames the database after `ready()`): an admin view must
+        never read a database other than the one Django uses.
+        """
+        url = self.database_url()
+        with self._lock:
+            if self._admin_engine is None or url != self._admin_url:
+                if self._admin_engine is not None:
+                    self._admin_engine.dispose()
+                self._admin_engine = make_engine(
+                    url.render_as_string(hide_password=False),
+                    pool_size=ADMIN_POOL_SIZE,
+                    max_overflow=2,
+                )
+                self._admin_url = url
+            return self._admin_engine
+
+    def reload(self) -> None:
+        """Re-read `PAGE_ANALYSIS` and drop the engines (tests use `override_settings`)."""
+        with self._lock:
+            if self._admin_engine is not None:
+                self._admin_engine.dispose()
+            self._admin_engine = None
+            self._admin_url = None
+        self.borrowed.dispose()
+        self.settings = page_analysis_settings()
+
+
+def page_analysis_app() -> PageAnalysisConfig:
+    """The installed app's config; `LookupError` when the app is not installed."""
+    config = apps.get_app_config(PageAnalysisConfig.label)
+    assert isinstance(config, PageAnalysisConfig)
+    return config

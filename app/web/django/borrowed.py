@@ -1,0 +1,116 @@
+"""SQLAlchemy on Django's own connection, for enqueueing in the host's transaction.
+
+`app.queue.request_analysis` runs unchanged on a SQLAlchemy `Connection`
+whose DBAPI connection is the psycopg connection Django already holds for
+`connections[alias]` in the calling thread: the same statements, the same
+race handling, and no second connection. SQLAlchemy never controls that
+connection's transaction: its commit, rollback and close are no-ops on the
+wrapper below, so Django's `transaction.atomic()` alone decides (the same
+idea as aldjemy's `DjangoPool`, without reaching into pool internals).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+from django.db import connections, transaction
+from psycopg.types.json import JsonbLoader, JsonLoader
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.pool import NullPool
+
+from app.queue import request_analysis as queue_request_analysis
+from app.web.django.conf import check_postgresql
+
+
+class BorrowedConnection:
+    """Django's psycopg connection as SQLAlchemy's pool sees it.
+
+    Statements go through; transaction control and closing stay with Django.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+
+    def cursor(self, *args: Any, **kwargs: Any) -> Any:
+        cursor = self._raw.cursor(*args, **kwargs)
+        # Django loads json/jsonb as text (it decodes them itself); the
+        # library's statements expect decoded values. Per cursor, so
+        # Django's own cursors are untouched.
+        cursor.adapters.register_loader("jsonb", JsonbLoader)
+        cursor.adapters.register_loader("json", JsonLoader)
+        return cursor
+
+    def commit(self) -> None:
+        """Django's `atomic()` commits, never SQLAlchemy."""
+
+    def rollback(self) -> None:
+        """Django's `atomic()` rolls back, never SQLAlchemy (not even its
+        first-connect or reset-on-return rollbacks)."""
+
+    def close(self) -> None:
+        """The connection belongs to Django."""
+
+    def add_notice_handler(self, _handler: Any) -> None:
+        # SQLAlchemy adds one per checkout; on a connection that outlives
+        # every checkout they would pile up.
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._raw, name)
+
+
+def _borrow(alias: str) -> BorrowedConnection:
+    connection = connections[alias]
+    connection.ensure_connection()
+    return BorrowedConnection(connection.connection)
+
+
+class BorrowedEngines:
+    """One SQLAlchemy engine per Django alias, each checkout borrowing the
+    calling thread's Django connection (Django's connections are per thread)."""
+
+    def __init__(self) -> None:
+        self._engines: dict[str, Engine] = {}
+        self._lock = threading.Lock()
+
+    def engine(self, alias: str) -> Engine:
+        with self._lock:
+            engine = self._engines.get(alias)
+            if engine is None:
+                check_postgresql(alias)
+                engine = create_engine(
+                    "postgresql+psycopg://",
+                    creator=lambda: _borrow(alias),
+                    poolclass=NullPool,
+                    pool_reset_on_return=None,
+                    # No hstore probe, no adapter registration on Django's connection.
+                    use_native_hstore=False,
+                )
+                self._engines[alias] = engine
+            return engine
+
+    def dispose(self) -> None:
+        """Forget the engines; Django's connections stay open (they are Django's)."""
+        with self._lock:
+            for engine in self._engines.values():
+                engine.dispose(close=False)
+            self._engines.clear()
+
+
+def request_analysis(
+    engines: BorrowedEngines, page_id: uuid.UUID, *, force: bool, using: str
+) -> uuid.UUID | None:
+    """`app.queue.request_analysis` on Django's connection `using`.
+
+    Inside an open `transaction.atomic()` it joins that transaction (no
+    savepoint: the enqueue raises nothing on a duplicate); outside one it
+    runs in a transaction of its own, so its few statements are atomic.
+    """
+    engine = engines.engine(using)  # ImproperlyConfigured unless PostgreSQL
+    with transaction.atomic(using=using, savepoint=False):
+        django_connection = connections[using]
+        django_connection.validate_no_broken_transaction()
+        with engine.connect() as conn:
+            return queue_request_analysis(conn, page_id, force=force)
