@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from app.db import make_engine
+from app.web.events import EventStreams, connect_kwargs_from_engine
 from app.web.django.borrowed import BorrowedEngines
 from app.web.django.conf import PageAnalysisSettings, page_analysis_settings, sqlalchemy_url
 
@@ -26,13 +27,24 @@ class PageAnalysisConfig(AppConfig):
 
     settings: PageAnalysisSettings
     borrowed: BorrowedEngines
+    event_streams: EventStreams
 
     def ready(self) -> None:
-        self.settings = page_analysis_settings()
-        self.borrowed = BorrowedEngines()
         self._admin_engine: Engine | None = None
         self._admin_url: URL | None = None
         self._lock = threading.Lock()
+        self.borrowed = BorrowedEngines()
+        self._configure()
+
+    def _configure(self) -> None:
+        self.settings = page_analysis_settings()
+        # The streams LISTEN on connections of their own (one each, while
+        # open), to the database the admin engine points at now.
+        self.event_streams = EventStreams(
+            lambda: connect_kwargs_from_engine(self.admin_engine()),
+            max_streams=self.settings.max_event_streams,
+            keepalive_seconds=self.settings.event_keepalive_seconds,
+        )
 
     def database_url(self) -> URL:
         """SQLAlchemy URL of the configured Django database, as it is now."""
@@ -66,7 +78,7 @@ class PageAnalysisConfig(AppConfig):
             self._admin_engine = None
             self._admin_url = None
         self.borrowed.dispose()
-        self.settings = page_analysis_settings()
+        self._configure()
 
 
 def page_analysis_app() -> PageAnalysisConfig:

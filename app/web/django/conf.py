@@ -23,6 +23,9 @@ DEFAULT_DATABASE_ALIAS: Final = "default"
 DEFAULT_MAX_EVENT_STREAMS: Final = 8
 """Concurrent `api/events` streams per process; one more gets 503."""
 
+DEFAULT_EVENT_KEEPALIVE_SECONDS: Final = 15.0
+"""A comment line at least this often on an idle `api/events` stream."""
+
 POSTGRESQL_ENGINE: Final = "django.db.backends.postgresql"
 
 # Connection parameters Django hands psycopg that are Python objects, not
@@ -40,12 +43,14 @@ class PageAnalysisSettings:
     """Bearer token of the admin API; unset: only staff users get in."""
     database_alias: str = DEFAULT_DATABASE_ALIAS
     max_event_streams: int = DEFAULT_MAX_EVENT_STREAMS
+    event_keepalive_seconds: float = DEFAULT_EVENT_KEEPALIVE_SECONDS
 
 
 _KEYS: Final = {
     "ADMIN_TOKEN": "admin_token",
     "DATABASE_ALIAS": "database_alias",
     "MAX_EVENT_STREAMS": "max_event_streams",
+    "EVENT_KEEPALIVE_SECONDS": "event_keepalive_seconds",
 }
 
 
@@ -72,6 +77,9 @@ def page_analysis_settings() -> PageAnalysisSettings:
     streams = parsed.max_event_streams
     if not isinstance(streams, int) or isinstance(streams, bool) or streams < 1:
         raise ImproperlyConfigured(f"{SETTING}['MAX_EVENT_STREAMS'] must be an int >= 1")
+    keepalive = parsed.event_keepalive_seconds
+    if not isinstance(keepalive, int | float) or isinstance(keepalive, bool) or keepalive <= 0:
+        raise ImproperlyConfigured(f"{SETTING}['EVENT_KEEPALIVE_SECONDS'] must be > 0")
     return parsed
 
 
