@@ -35,9 +35,7 @@ def _backends() -> int:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-        )
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
         return int(cursor.fetchone()[0])
 
 

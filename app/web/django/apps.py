@@ -9,9 +9,9 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from app.db import make_engine
-from app.web.events import EventStreams, connect_kwargs_from_engine
 from app.web.django.borrowed import BorrowedEngines
 from app.web.django.conf import PageAnalysisSettings, page_analysis_settings, sqlalchemy_url
+from app.web.events import EventStreams, connect_kwargs_from_engine
 
 ADMIN_POOL_SIZE = 5
 """Connections the admin views may hold at once (the event streams have their own)."""

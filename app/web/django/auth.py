@@ -18,18 +18,29 @@ from app.web.auth import bearer_token
 
 
 class Access(enum.Enum):
-    TOKEN = (200, "", "", None)
-    SESSION = (200, "", "", None)
+    # The first item keeps members with the same answer distinct (an Enum
+    # would otherwise make SESSION an alias of TOKEN).
+    TOKEN = ("token", 200, "", "", None)
+    SESSION = ("session", 200, "", "", None)
     NO_CREDENTIALS = (
+        "no_credentials",
         401,
         "unauthorized",
         "log in as a staff user or send Authorization: Bearer <token>",
         "Bearer",
     )
-    WRONG_TOKEN = (401, "unauthorized", "the bearer token is not valid", 'Bearer error="invalid_token"')
-    NOT_STAFF = (403, "forbidden", "only staff users may use the admin API", None)
+    WRONG_TOKEN = (
+        "wrong_token",
+        401,
+        "unauthorized",
+        "the bearer token is not valid",
+        'Bearer error="invalid_token"',
+    )
+    NOT_STAFF = ("not_staff", 403, "forbidden", "only staff users may use the admin API", None)
 
-    def __init__(self, status: int, code: str, message: str, challenge: str | None) -> None:
+    def __init__(
+        self, _name: str, status: int, code: str, message: str, challenge: str | None
+    ) -> None:
         self.status = status
         self.code = code
         self.message = message

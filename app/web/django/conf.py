@@ -71,8 +71,7 @@ def page_analysis_settings() -> PageAnalysisSettings:
         raise ImproperlyConfigured(f"{SETTING}['ADMIN_TOKEN'] must be a non-empty string")
     if parsed.database_alias not in settings.DATABASES:
         raise ImproperlyConfigured(
-            f"{SETTING}['DATABASE_ALIAS'] is {parsed.database_alias!r}, "
-            "which is not in DATABASES"
+            f"{SETTING}['DATABASE_ALIAS'] is {parsed.database_alias!r}, which is not in DATABASES"
         )
     streams = parsed.max_event_streams
     if not isinstance(streams, int) or isinstance(streams, bool) or streams < 1:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Final
 
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
-from django.middleware.csrf import CsrfViewMiddleware
+from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 from sqlalchemy.exc import OperationalError
 
@@ -82,11 +82,13 @@ def admin_api(**views: View) -> View:
         view = views.get(method)
         if view is None:
             return error_response(405, "method_not_allowed", f"use {allowed}", Allow=allowed)
-        if access is Access.SESSION and method not in SAFE_METHODS:
-            refusal = _csrf_refusal(request)
-            if refusal is not None:
-                return refusal
         try:
+            if method not in SAFE_METHODS:
+                _read_body(request)
+                if access is Access.SESSION:
+                    refusal = _csrf_refusal(request)
+                    if refusal is not None:
+                        return refusal
             return view(request, *args, **kwargs)
         except AdminError as exc:
             return error_response(exc.status, exc.code, str(exc))
@@ -99,12 +101,18 @@ def admin_api(**views: View) -> View:
     return dispatch
 
 
-def _force_from_body(request: HttpRequest) -> bool:
-    """`force` from an optional JSON body `{"force": bool}`; `BadRequest` for anything else."""
+def _read_body(request: HttpRequest) -> bytes:
+    """The body, read once and kept: the CSRF check may parse it as a form
+    afterwards, and the view reads it again. Over `MAX_BODY_BYTES`: `BadRequest`."""
     declared = request.META.get("CONTENT_LENGTH") or "0"
     if not declared.isdigit() or int(declared) > MAX_BODY_BYTES:
         raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
-    raw = request.body
+    return request.body
+
+
+def _force_from_body(request: HttpRequest) -> bool:
+    """`force` from an optional JSON body `{"force": bool}`; `BadRequest` for anything else."""
+    raw = _read_body(request)
     if not raw.strip():
         return False
     try:
@@ -193,6 +201,9 @@ def admin_page(request: HttpRequest) -> HttpResponse:
     is served without auth, as under Flask."""
     if request.method not in ("GET", "HEAD"):
         return error_response(405, "method_not_allowed", "use GET", Allow="GET")
+    # A staff user's page sends the CSRF cookie's token back on its POSTs
+    # (header X-CSRFToken); the cookie is set when CsrfViewMiddleware runs.
+    get_token(request)
     response = HttpResponse(admin_page_html(), content_type="text/html; charset=utf-8")
     # The page holds no data, but it must not be framed by another site.
     response["X-Frame-Options"] = "DENY"

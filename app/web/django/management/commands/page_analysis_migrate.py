@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
@@ -19,7 +19,7 @@ class Command(BaseCommand):
         "alembic `upgrade head` on Django's database. Django's own `migrate` does not "
         "touch these tables; run both."
     )
-    requires_system_checks: list[str] = []
+    requires_system_checks: ClassVar[list[str]] = []
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

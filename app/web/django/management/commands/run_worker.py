@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
@@ -22,7 +22,7 @@ class Command(BaseCommand):
         "environment, as for `python -m app run-worker`."
     )
     # The worker checks the schema revision itself; Django's checks add nothing.
-    requires_system_checks: list[str] = []
+    requires_system_checks: ClassVar[list[str]] = []
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(

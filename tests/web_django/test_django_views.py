@@ -1,0 +1,289 @@
+"""The admin routes as Django views, through Django's test client, on real
+Postgres: the same bodies and errors as under Flask, Django's auth (staff
+session or bearer token) and CSRF for session POSTs."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, insert
+
+from app.models import PageAnalysis
+from app.queue import AnalyzePage, enqueue
+from tests.helpers import count, insert_raw_job, job_row, make_page
+from tests.web_django.conftest import ADMIN_TOKEN
+
+pytestmark = pytest.mark.usefixtures("django_db")
+
+PREFIX = "/admin/analysis"
+AUTH = {"HTTP_AUTHORIZATION": f"Bearer {ADMIN_TOKEN}"}
+
+
+@pytest.fixture
+def client() -> Any:
+    from django.test import Client
+
+    return Client()
+
+
+def _user(username: str, *, staff: bool) -> Any:
+    from django.contrib.auth.models import User
+
+    return User.objects.create_user(username, password="pw", is_staff=staff)
+
+
+def _error(response: Any, status: int, code: str | None = None) -> dict[str, str]:
+    assert response.status_code == status, response.content
+    assert response["Content-Type"] == "application/json"
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    assert body["error"]["message"]
+    if code:
+        assert body["error"]["code"] == code
+    return body["error"]
+
+
+API_ROUTES = [
+    ("get", "api/stats"),
+    ("get", "api/jobs"),
+    ("post", f"api/jobs/{uuid.uuid4()}/retry"),
+    ("get", f"api/pages/{uuid.uuid4()}/analysis"),
+    ("post", f"api/pages/{uuid.uuid4()}/analysis"),
+    ("get", "api/events"),
+    ("get", "api/nope"),
+]
+
+
+@pytest.mark.parametrize(("method", "route"), API_ROUTES)
+def test_every_api_route_refuses_without_credentials(client: Any, method: str, route: str) -> None:
+    url = f"{PREFIX}/{route}"
+    missing = getattr(client, method)(url)
+    _error(missing, 401, "unauthorized")
+    assert missing["WWW-Authenticate"] == "Bearer"
+    for header in (f"Bearer {ADMIN_TOKEN}x", "Bearer ", f"Basic {ADMIN_TOKEN}", ADMIN_TOKEN):
+        wrong = getattr(client, method)(url, HTTP_AUTHORIZATION=header)
+        _error(wrong, 401, "unauthorized")
+        assert wrong["WWW-Authenticate"].startswith("Bearer")
+
+
+@pytest.mark.parametrize(("method", "route"), API_ROUTES)
+def test_a_logged_in_user_who_is_not_staff_gets_403(client: Any, method: str, route: str) -> None:
+    client.force_login(_user("reader", staff=False))
+    _error(getattr(client, method)(f"{PREFIX}/{route}"), 403, "forbidden")
+
+
+def test_a_staff_user_gets_in_without_a_token(client: Any) -> None:
+    client.force_login(_user("editor", staff=True))
+    response = client.get(f"{PREFIX}/api/stats")
+    assert response.status_code == 200 and response.json()["oldest_pending_age_seconds"] is None
+    # A wrong token from a staff user's browser still gets in through the session.
+    assert client.get(f"{PREFIX}/api/stats", HTTP_AUTHORIZATION="Bearer wrong").status_code == 200
+
+
+def test_an_inactive_staff_user_is_not_let_in(client: Any) -> None:
+    from django.contrib.auth.models import User
+
+    user = _user("gone", staff=True)
+    User.objects.filter(pk=user.pk).update(is_active=False)
+    client.force_login(user)  # the session survives; the view must still refuse
+    assert client.get(f"{PREFIX}/api/stats").status_code in (401, 403)
+
+
+def test_staff_session_posts_are_csrf_checked_and_bearer_posts_are_not(
+    django_engine: Engine,
+) -> None:
+    from django.test import Client
+
+    with django_engine.begin() as conn:
+        page_id = make_page(conn)
+    url = f"{PREFIX}/api/pages/{page_id}/analysis"
+
+    session = Client(enforce_csrf_checks=True)
+    session.force_login(_user("editor", staff=True))
+    _error(session.post(url, {}, content_type="application/json"), 403, "csrf_failed")
+    assert count(django_engine, "SELECT count(*) FROM crawler_jobs") == 0
+    assert session.get(f"{PREFIX}/api/stats").status_code == 200  # safe methods need none
+
+    page = session.get(f"{PREFIX}/")  # the page hands out the CSRF cookie
+    csrf = page.cookies["csrftoken"].value
+    accepted = session.post(url, {}, content_type="application/json", HTTP_X_CSRFTOKEN=csrf)
+    assert accepted.status_code == 202
+
+    bearer = Client(enforce_csrf_checks=True)  # no cookie, no CSRF token
+    again = bearer.post(url, content_type="application/json", data={"force": True}, **AUTH)
+    assert again.status_code == 202, again.content
+    assert again.json() == accepted.json()
+
+
+def test_the_page_is_served_without_auth(client: Any) -> None:
+    response = client.get(f"{PREFIX}/")
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/html")
+    assert b"<html" in response.content.lower()
+    assert response["X-Frame-Options"] == "DENY"
+    _error(client.post(f"{PREFIX}/"), 405, "method_not_allowed")
+
+
+def test_stats_and_listing_routes(client: Any, django_engine: Engine) -> None:
+    with django_engine.begin() as conn:
+        page_id = make_page(conn, manga_title="Akira", chapter_number="3", page_number=7)
+        job_id = enqueue(conn, AnalyzePage(page_id=page_id))
+        for _ in range(3):
+            insert_raw_job(
+                conn,
+                {"kind": "analyze_page", "page_id": str(uuid.uuid4())},
+                state="dead",
+                last_error="boom",
+            )
+    stats = client.get(f"{PREFIX}/api/stats", **AUTH)
+    assert stats.status_code == 200
+    assert stats.json()["jobs"]["analyze_page"] == {"pending": 1, "dead": 3} | {
+        key: value
+        for key, value in stats.json()["jobs"]["analyze_page"].items()
+        if key not in ("pending", "dead")
+    }
+    assert stats.json()["oldest_pending_age_seconds"] >= 0
+
+    listing = client.get(f"{PREFIX}/api/jobs", {"state": "pending"}, **AUTH).json()
+    assert [job["id"] for job in listing["jobs"]] == [str(job_id)]
+    assert listing["jobs"][0]["label"] == "Akira ch. 3 p. 7"
+    assert listing["next_cursor"] is None
+
+    first = client.get(
+        f"{PREFIX}/api/jobs", {"state": "dead", "kind": "analyze_page", "limit": 2}, **AUTH
+    ).json()
+    assert len(first["jobs"]) == 2 and first["next_cursor"]
+    assert {job["last_error"] for job in first["jobs"]} == {"boom"}
+    rest = client.get(
+        f"{PREFIX}/api/jobs", {"state": "dead", "cursor": first["next_cursor"]}, **AUTH
+    ).json()
+    assert len(rest["jobs"]) == 1 and rest["next_cursor"] is None
+    seen = {job["id"] for job in first["jobs"] + rest["jobs"]}
+    assert len(seen) == 3
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=0",
+        "limit=501",
+        "limit=1000000000",
+        "limit=99999999999999999999999999",
+        "limit=ten",
+        "limit=-1",
+        "state=zombie",
+        "cursor=forged",
+        "cursor=eyJ1IjogMX0",
+    ],
+)
+def test_bad_listing_input_is_a_400(client: Any, query: str) -> None:
+    _error(client.get(f"{PREFIX}/api/jobs?{query}", **AUTH), 400, "bad_request")
+
+
+def test_retry_route(client: Any, django_engine: Engine) -> None:
+    with django_engine.begin() as conn:
+        dead = insert_raw_job(
+            conn, AnalyzePage(page_id=uuid.uuid4()).to_json(), state="dead", attempts=5
+        )
+        pending = enqueue(conn, AnalyzePage(page_id=uuid.uuid4()))
+    ok = client.post(f"{PREFIX}/api/jobs/{dead}/retry", **AUTH)
+    assert ok.status_code == 200 and ok.json() == {"id": str(dead), "state": "pending"}
+    with django_engine.connect() as conn:
+        row = job_row(conn, dead)
+    assert row.state == "pending" and row.attempts == 0  # committed
+    _error(client.post(f"{PREFIX}/api/jobs/{dead}/retry", **AUTH), 409, "conflict")
+    _error(client.post(f"{PREFIX}/api/jobs/{pending}/retry", **AUTH), 409, "conflict")
+    _error(client.post(f"{PREFIX}/api/jobs/{uuid.uuid4()}/retry", **AUTH), 404, "not_found")
+    _error(client.post(f"{PREFIX}/api/jobs/not-a-uuid/retry", **AUTH), 400, "bad_request")
+    wrong_method = client.get(f"{PREFIX}/api/jobs/{dead}/retry", **AUTH)
+    _error(wrong_method, 405, "method_not_allowed")
+    assert wrong_method["Allow"] == "POST"
+
+
+def test_retry_clash_is_a_409_that_changes_nothing(client: Any, django_engine: Engine) -> None:
+    page_id = uuid.uuid4()
+    with django_engine.begin() as conn:
+        dead = insert_raw_job(conn, AnalyzePage(page_id=page_id).to_json(), state="dead")
+        enqueue(conn, AnalyzePage(page_id=page_id))
+    _error(client.post(f"{PREFIX}/api/jobs/{dead}/retry", **AUTH), 409, "conflict")
+    with django_engine.connect() as conn:
+        assert job_row(conn, dead).state == "dead"
+
+
+def test_page_analysis_routes(client: Any, django_engine: Engine) -> None:
+    with django_engine.begin() as conn:
+        page_id = make_page(conn)
+        conn.execute(
+            insert(PageAnalysis).values(
+                page_id=page_id,
+                status="done",
+                ocr_text="テキスト",
+                tags=["a"],
+                description="d",
+                nsfw_rating="safe",
+                nsfw_score=0.1,
+                model="m",
+                duration_ms=12,
+            )
+        )
+        bare_page = make_page(conn, page_number=2)
+    got = client.get(f"{PREFIX}/api/pages/{page_id}/analysis", **AUTH)
+    assert got.status_code == 200
+    body = got.json()
+    assert body["nsfw"] == {"rating": "safe", "score": 0.1} and body["ocr_text"] == "テキスト"
+    assert body["page_id"] == str(page_id) and body["status"] == "done"
+    _error(client.get(f"{PREFIX}/api/pages/{bare_page}/analysis", **AUTH), 404, "not_found")
+    _error(client.get(f"{PREFIX}/api/pages/xyz/analysis", **AUTH), 400, "bad_request")
+
+    posted = client.post(
+        f"{PREFIX}/api/pages/{bare_page}/analysis", b"", content_type="application/json", **AUTH
+    )
+    assert posted.status_code == 202
+    job_id = uuid.UUID(posted.json()["job_id"])
+    forced = client.post(
+        f"{PREFIX}/api/pages/{bare_page}/analysis",
+        data={"force": True},
+        content_type="application/json",
+        **AUTH,
+    )
+    assert forced.status_code == 202 and forced.json() == {"job_id": str(job_id)}
+    with django_engine.connect() as conn:
+        assert job_row(conn, job_id).payload["force"] is True
+    missing = f"{PREFIX}/api/pages/{uuid.uuid4()}/analysis"
+    _error(client.post(missing, b"", content_type="application/json", **AUTH), 404)
+    _error(client.delete(f"{PREFIX}/api/pages/{page_id}/analysis", **AUTH), 405)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{not json",
+        b"[true]",
+        b'"force"',
+        b'{"force": "yes"}',
+        b'{"force": 1}',
+        b'{"forse": true}',
+        b"\xff\xfe",
+        b"x" * 70_000,
+    ],
+)
+def test_bad_analysis_request_bodies_are_400s(
+    client: Any, django_engine: Engine, body: bytes
+) -> None:
+    with django_engine.begin() as conn:
+        page_id = make_page(conn)
+    response = client.post(
+        f"{PREFIX}/api/pages/{page_id}/analysis",
+        data=body,
+        content_type="application/json",
+        **AUTH,
+    )
+    _error(response, 400, "bad_request")
+    assert count(django_engine, "SELECT count(*) FROM crawler_jobs") == 0
+
+
+def test_unknown_api_routes_are_json_404s(client: Any) -> None:
+    _error(client.get(f"{PREFIX}/api/nope", **AUTH), 404, "not_found")
+    _error(client.get(f"{PREFIX}/api/", **AUTH), 404, "not_found")
+    _error(client.put(f"{PREFIX}/api/stats", **AUTH), 405, "method_not_allowed")
