@@ -1,0 +1,123 @@
+"""The management commands as subprocesses of the example project:
+`page_analysis_migrate` brings an empty database to head, `run_worker`
+processes pages on Django's database and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, text
+
+from app.db import make_engine
+from app.migrations import revisions
+from app.queue import request_analysis
+from tests.helpers import make_page, wait_until
+from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
+from tests.worker_support import png_bytes
+
+MANAGE = Path(__file__).resolve().parents[2] / "examples" / "django_project" / "manage.py"
+
+
+def _env(database_url: str, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
+    env.update(DATABASE_URL=database_url, PYTHONUNBUFFERED="1", **extra)
+    return env
+
+
+def _manage(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(MANAGE), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_page_analysis_migrate_brings_an_empty_database_to_head(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    result = _manage("page_analysis_migrate", env=_env(empty_database_url), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "schema is at head" in result.stdout
+    engine = make_engine(empty_database_url)
+    try:
+        current, head = revisions(engine)
+        with engine.connect() as conn:
+            tables = set(
+                conn.execute(
+                    text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+    assert current == head is not None
+    assert {"crawler_jobs", "page_analysis", "pages"} <= tables
+    again = _manage("page_analysis_migrate", env=_env(empty_database_url), cwd=tmp_path)
+    assert again.returncode == 0, again.stderr  # idempotent
+
+
+def test_run_worker_refuses_an_unmigrated_database(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    result = _manage("run_worker", env=_env(empty_database_url), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "page_analysis_migrate" in result.stderr
+
+
+@pytest.mark.slow
+def test_run_worker_processes_pages_and_stops_on_sigterm(
+    database_url: str, engine: Engine, vision_server: ScriptedVisionServer, tmp_path: Path
+) -> None:
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    (storage / "a.png").write_bytes(png_bytes())
+    with engine.begin() as conn:
+        page = make_page(conn, storage_key="a.png")
+        request_analysis(conn, page)
+    vision_server.default = ok_answer(analysis_content(ocr_text="よつばと！"))
+    env = _env(
+        database_url,
+        VISION_URL=vision_server.url,
+        STORAGE_ROOT=str(storage),
+        IDLE_POLL_SECONDS="0.05",
+        READINESS_POLL_SECONDS="0.1",
+    )
+    process = subprocess.Popen(
+        [sys.executable, str(MANAGE), "run_worker"],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+
+        def analysed() -> bool:
+            with engine.connect() as conn:
+                return bool(
+                    conn.execute(
+                        text("SELECT count(*) FROM page_analysis WHERE status = 'done'")
+                    ).scalar_one()
+                )
+
+        wait_until(analysed, timeout=60, interval=0.1)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, output
+    assert "run-worker: database" in output and "run-worker stopped" in output
+    with engine.connect() as conn:
+        row = conn.execute(text("SELECT status, ocr_text FROM page_analysis")).one()
+        states = conn.execute(text("SELECT DISTINCT state FROM crawler_jobs")).scalars().all()
+    assert (row.status, row.ocr_text) == ("done", "よつばと！")
+    assert states == ["done"]
