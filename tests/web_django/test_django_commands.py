@@ -63,9 +63,7 @@ def test_page_analysis_migrate_brings_an_empty_database_to_head(
     assert again.returncode == 0, again.stderr  # idempotent
 
 
-def test_run_worker_refuses_an_unmigrated_database(
-    empty_database_url: str, tmp_path: Path
-) -> None:
+def test_run_worker_refuses_an_unmigrated_database(empty_database_url: str, tmp_path: Path) -> None:
     result = _manage("run_worker", env=_env(empty_database_url), cwd=tmp_path)
     assert result.returncode == 2, result.stderr
     assert "page_analysis_migrate" in result.stderr
