@@ -105,7 +105,12 @@ def sqlalchemy_url(alias: str = DEFAULT_DATABASE_ALIAS) -> URL:
     renames the database (`test_...`) is followed.
     """
     check_postgresql(alias)
-    params: dict[str, Any] = dict(connections[alias].get_connection_params())
+    return url_from_connection_params(connections[alias].get_connection_params())
+
+
+def url_from_connection_params(connection_params: dict[str, Any]) -> URL:
+    """The SQLAlchemy URL for the psycopg `connect()` keywords Django builds."""
+    params = dict(connection_params)
     for name in _DJANGO_ONLY_PARAMS:
         params.pop(name, None)
     host = params.pop("host", None)
