@@ -43,7 +43,12 @@ def django_settings(database_url: str) -> dict[str, Any]:
             "django.contrib.auth.middleware.AuthenticationMiddleware",
         ],
         "ROOT_URLCONF": "tests.web_django.urls",
-        "DATABASES": {"default": database_from_url(database_url)},
+        "DATABASES": {
+            "default": database_from_url(database_url),
+            # Never connected to by Django; the admin views are pointed at it
+            # to see a database outage answered with a JSON 503.
+            "unreachable": database_from_url(database_url.rsplit("/", 1)[0] + "/no_such_database"),
+        },
         "PAGE_ANALYSIS": {"ADMIN_TOKEN": ADMIN_TOKEN, "MAX_EVENT_STREAMS": 2},
         "USE_TZ": True,
         "DEFAULT_AUTO_FIELD": "django.db.models.AutoField",

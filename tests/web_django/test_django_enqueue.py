@@ -159,3 +159,29 @@ def test_an_unknown_alias_is_refused() -> None:
         sqlalchemy_url("missing")
     with pytest.raises(ImproperlyConfigured, match="no database"):
         request_analysis(uuid.uuid4(), using="missing")
+
+
+def test_a_failed_enqueue_dooms_the_hosts_atomic_block(django_engine: Engine) -> None:
+    """An error from the library's statements reaches Django's bookkeeping:
+    the block can no longer be used or committed, and nothing of it remains."""
+    from django.contrib.auth.models import User
+    from django.db import DatabaseError, connection, transaction
+    from django.db.transaction import TransactionManagementError
+    from sqlalchemy.exc import OperationalError
+
+    from app.web.django import request_analysis
+
+    with django_engine.connect() as locker:
+        locker.execute(text("LOCK TABLE crawler_jobs IN ACCESS EXCLUSIVE MODE"))
+        with pytest.raises(OperationalError), transaction.atomic():
+            User.objects.create(username="host-write")
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '50ms'")
+            try:
+                request_analysis(uuid.uuid4())
+            finally:
+                with pytest.raises((TransactionManagementError, DatabaseError)):
+                    User.objects.count()
+        locker.rollback()
+    assert User.objects.count() == 0
+    assert count(django_engine, "SELECT count(*) FROM crawler_jobs") == 0

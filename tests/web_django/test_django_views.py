@@ -287,3 +287,19 @@ def test_unknown_api_routes_are_json_404s(client: Any) -> None:
     _error(client.get(f"{PREFIX}/api/nope", **AUTH), 404, "not_found")
     _error(client.get(f"{PREFIX}/api/", **AUTH), 404, "not_found")
     _error(client.put(f"{PREFIX}/api/stats", **AUTH), 405, "method_not_allowed")
+
+
+def test_an_unreachable_database_is_a_json_503(client: Any) -> None:
+    from django.test import override_settings
+
+    from app.web.django.apps import page_analysis_app
+
+    broken = {"ADMIN_TOKEN": ADMIN_TOKEN, "DATABASE_ALIAS": "unreachable"}
+    try:
+        with override_settings(PAGE_ANALYSIS=broken):
+            page_analysis_app().reload()
+            _error(client.get(f"{PREFIX}/api/stats", **AUTH), 503, "unavailable")
+            _error(client.post(f"{PREFIX}/api/jobs/{uuid.uuid4()}/retry", **AUTH), 503)
+    finally:
+        page_analysis_app().reload()
+    assert client.get(f"{PREFIX}/api/stats", **AUTH).status_code == 200
