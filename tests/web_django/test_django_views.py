@@ -303,3 +303,25 @@ def test_an_unreachable_database_is_a_json_503(client: Any) -> None:
     finally:
         page_analysis_app().reload()
     assert client.get(f"{PREFIX}/api/stats", **AUTH).status_code == 200
+
+
+NASTY = ["", "%00", "%FF%FE", "..%2F..", "' OR 1=1 --", "9" * 400, "null", "[]", "%E2%80%AE"]
+
+
+def test_nasty_input_anywhere_never_yields_a_500(client: Any, django_engine: Engine) -> None:
+    with django_engine.begin() as conn:
+        make_page(conn)
+    for value in NASTY:
+        for method, url in [
+            ("get", f"{PREFIX}/api/jobs?state={value}&kind={value}&limit={value}&cursor={value}"),
+            ("post", f"{PREFIX}/api/jobs/{value}/retry"),
+            ("get", f"{PREFIX}/api/pages/{value}/analysis"),
+            ("post", f"{PREFIX}/api/pages/{value}/analysis"),
+            ("patch", f"{PREFIX}/api/stats?{value}"),
+        ]:
+            response = client.generic(
+                method.upper(), url, data=value, content_type="application/json", **AUTH
+            )
+            assert response.status_code < 500, (method, url, response.content)
+            if response.status_code >= 400:
+                _error(response, response.status_code)
