@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(PY) -m bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app tests bench alembic
+	$(VENV)/bin/ruff check app tests bench alembic examples
 	$(VENV)/bin/mypy app
 
 clean:
