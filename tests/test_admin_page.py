@@ -125,7 +125,8 @@ def _screenshot(driver: Any, name: str) -> Path:
 
 
 def _seed(engine: Engine) -> dict[str, Any]:
-    """Two pending analyses and one dead one, the dead one with a label and an error."""
+    """Two pending analyses and two dead ones: one with an untrusted-looking label and
+    error, and one whose page already has a pending job (its retry must be refused)."""
     with engine.begin() as conn:
         pending_pages = [make_page(conn, manga_title="Frieren", page_number=n) for n in (1, 2)]
         for page_id in pending_pages:
@@ -141,7 +142,20 @@ def _seed(engine: Engine) -> dict[str, Any]:
             max_attempts=5,
             last_error="vision server answered 500: <script>boom()</script>",
         )
-    return {"dead_page": dead_page, "dead_job": dead_job}
+        clashing_job = insert_raw_job(
+            conn,
+            {"kind": "analyze_page", "page_id": str(pending_pages[0]), "force": False},
+            state="dead",
+            attempts=1,
+            max_attempts=5,
+            last_error="image could not be decoded",
+        )
+    return {
+        "dead_page": dead_page,
+        "dead_job": dead_job,
+        "clashing_page": pending_pages[0],
+        "clashing_job": clashing_job,
+    }
 
 
 def test_admin_page_token_counts_live_events_and_retry(
@@ -178,9 +192,9 @@ def test_admin_page_token_counts_live_events_and_retry(
     wait.until(lambda _: browser.find_elements(By.CSS_SELECTOR, 'tr[data-kind="analyze_page"]'))
     row = 'tr[data-kind="analyze_page"]'
     assert text_of(f'{row} td[data-state="pending"]') == "2"
-    assert text_of(f'{row} td[data-state="dead"]') == "1"
+    assert text_of(f'{row} td[data-state="dead"]') == "2"
     assert text_of('[data-testid="total-pending"]') == "2"
-    assert text_of('[data-testid="total-dead"]') == "1"
+    assert text_of('[data-testid="total-dead"]') == "2"
 
     # The dead job, labelled, its error shown as text (never as markup).
     dead_row = f'#dead-body tr[data-job-id="{seeded["dead_job"]}"]'
@@ -224,17 +238,40 @@ def test_admin_page_token_counts_live_events_and_retry(
     shot = _screenshot(browser, "admin_page.png")
     assert shot.stat().st_size > 0
 
+    # A retry that would clash with the page's pending job: refused (409), said
+    # on the row, nothing changed, and the button usable again.
+    clashing_row = f'#dead-body tr[data-job-id="{seeded["clashing_job"]}"]'
+    browser.find_element(By.CSS_SELECTOR, f"{clashing_row} button.retry").click()
+    wait.until(lambda _: text_of(f"{clashing_row} .row-message").startswith("Not retried"))
+    assert browser.find_element(By.CSS_SELECTOR, f"{clashing_row} button.retry").is_enabled()
+    assert _state(engine, seeded["clashing_job"]) == "dead"
+    _screenshot(browser, "admin_page_retry_refused.png")
+
     # Retry: the dead job goes back to pending in Postgres, and the page says so.
     browser.find_element(By.CSS_SELECTOR, f"{dead_row} button.retry").click()
     wait_until(lambda: _state(engine, seeded["dead_job"]) == "pending", timeout=DOM_TIMEOUT)
     with engine.connect() as conn:
         retried = job_row(conn, seeded["dead_job"])
     assert retried.attempts == 0 and retried.scheduled_at <= retried.db_now
+    wait.until(lambda _: not browser.find_elements(By.CSS_SELECTOR, dead_row))
+    wait.until(lambda _: text_of('[data-testid="total-pending"]') == "3")
+    assert text_of('[data-testid="total-dead"]') == "1"
+    assert "Moved back to pending" in text_of("#banner")
+    _screenshot(browser, "admin_page_after_retry.png")
+
+    # Once the clashing pending job is gone, the same button retries the last
+    # dead job, and the list shows its empty state.
+    with engine.begin() as conn:
+        conn.execute(
+            text("DELETE FROM crawler_jobs WHERE state = 'pending' AND payload->>'page_id' = :p"),
+            {"p": str(seeded["clashing_page"])},
+        )
+    browser.find_element(By.CSS_SELECTOR, f"{clashing_row} button.retry").click()
+    wait_until(lambda: _state(engine, seeded["clashing_job"]) == "pending", timeout=DOM_TIMEOUT)
     wait.until(lambda _: shown("dead-empty"))
     assert text_of("#dead-empty") == "No dead jobs."
-    wait.until(lambda _: text_of('[data-testid="total-pending"]') == "3")
-    assert text_of('[data-testid="total-dead"]') == "0"
-    _screenshot(browser, "admin_page_after_retry.png")
+    wait.until(lambda _: text_of('[data-testid="total-dead"]') == "0")
+    assert text_of('[data-testid="total-pending"]') == "3"
 
     # No script error on the page (the 401s of the sign-in are network entries).
     errors = [
