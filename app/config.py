@@ -7,12 +7,16 @@ Nothing is built at import time: callers construct `Settings()` themselves.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_VISION_URL = "http://127.0.0.1:8080"
-"""llama-server's default address."""
+"""llama-server's default address: what to suggest as `VISION_URL` (it is not a default)."""
+
+VisionBackend = Literal["http", "ocr"]
+"""`http`: an OpenAI-compatible model server; `ocr`: in-process OCR (`app.analysis.ocr`)."""
 
 DEFAULT_DEV_DIR = Path(".dev")
 """Local state for `make run-worker` without `DATABASE_URL`: embedded Postgres and storage."""
@@ -34,7 +38,12 @@ class Settings(BaseSettings):
     )
     dev_dir: Path = Field(default=DEFAULT_DEV_DIR, description="Folder for local dev state.")
 
-    vision_url: str = Field(default=DEFAULT_VISION_URL, description="OpenAI-compatible base URL.")
+    vision_url: str | None = Field(
+        default=None, description="OpenAI-compatible base URL; unset: the `ocr` backend."
+    )
+    vision_backend: VisionBackend | None = Field(
+        default=None, description="`http` or `ocr`; unset: `http` iff VISION_URL is set."
+    )
     vision_health_url: str | None = Field(
         default=None, description="Readiness probe; defaults to `{VISION_URL}/health`."
     )
@@ -62,10 +71,35 @@ class Settings(BaseSettings):
 
     @field_validator("vision_url")
     @classmethod
-    def _strip_trailing_slash(cls, value: str) -> str:
-        return value.rstrip("/")
+    def _strip_trailing_slash(cls, value: str | None) -> str | None:
+        # `VISION_URL=` (empty, as in a copied .env) means unset.
+        return (value.rstrip("/") or None) if value else None
+
+    @field_validator("vision_backend", mode="before")
+    @classmethod
+    def _backend_lower_case(cls, value: object) -> object:
+        if isinstance(value, str):
+            return value.strip().lower() or None
+        return value
+
+    @model_validator(mode="after")
+    def _http_needs_a_url(self) -> Settings:
+        if self.vision_backend == "http" and not self.vision_url:
+            raise ValueError(
+                f"VISION_BACKEND=http needs VISION_URL (llama-server: {DEFAULT_VISION_URL})"
+            )
+        return self
 
     @property
-    def health_url(self) -> str:
-        """The readiness probe URL, `{VISION_URL}/health` unless set."""
-        return self.vision_health_url or f"{self.vision_url}/health"
+    def backend(self) -> VisionBackend:
+        """The analyzer: `VISION_BACKEND`, else `http` when `VISION_URL` is set, else `ocr`."""
+        if self.vision_backend is not None:
+            return self.vision_backend
+        return "http" if self.vision_url else "ocr"
+
+    @property
+    def health_url(self) -> str | None:
+        """The readiness probe URL, `{VISION_URL}/health` unless set; `None` without a URL."""
+        if self.vision_health_url:
+            return self.vision_health_url
+        return f"{self.vision_url}/health" if self.vision_url else None

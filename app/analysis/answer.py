@@ -86,13 +86,16 @@ _FENCE = re.compile(r"\A\s*```[A-Za-z0-9_-]*[ \t]*\n?(?P<body>.*?)\s*```\s*\Z", 
 @dataclass(frozen=True)
 class Analysis:
     """A validated answer: strings within their bounds, tags stripped, non-empty and unique,
-    `nsfw_rating` one of `NSFW_RATINGS`, `nsfw_score` a finite float in [0, 1]."""
+    `nsfw_rating` one of `NSFW_RATINGS`, `nsfw_score` a finite float in [0, 1].
+
+    Both NSFW fields are `None` when nothing was judged (the `ocr` analyzer);
+    a parsed model answer always carries both."""
 
     ocr_text: str
     tags: tuple[str, ...]
     description: str
-    nsfw_rating: str
-    nsfw_score: float
+    nsfw_rating: str | None
+    nsfw_score: float | None
 
 
 def parse_analysis(content: str | None) -> Analysis:

@@ -1,7 +1,10 @@
 """The composition root: builds the page-analysis runner from `Settings`.
 
 Hosts and tests can hand in their own engine or vision client; only what is
-built here is closed here.
+built here is closed here. `settings.backend` picks the analyzer: a
+`VisionClient` for `http`, an `OcrAnalyzer` for `ocr`, whose models start
+loading on a background thread at once (the readiness gate stays closed
+until they are loaded and warmed up).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from sqlalchemy import Engine
 
 from app.analysis.dispatcher import PageAnalysisHandler
 from app.analysis.events import analysis_event_bus
+from app.analysis.ocr import OcrAnalyzer
 from app.analysis.vision import VisionClient
 from app.config import Settings
 from app.db import make_engine
@@ -29,17 +33,25 @@ def analysis_runner(
     settings: Settings,
     *,
     engine: Engine | None = None,
-    vision: VisionClient | None = None,
+    vision: VisionClient | OcrAnalyzer | None = None,
     events: EventBus | None = None,
     observer: RunnerObserver | None = None,
 ) -> Iterator[Runner]:
-    """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit."""
+    """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit.
+
+    With the `ocr` backend, a missing model raises `OcrModelMissing` here, and
+    a model that fails to load stops the runner and raises `OcrModelError`
+    when the block exits.
+    """
     with ExitStack() as owned:
         if engine is None:
             engine = make_engine(settings)
             owned.callback(engine.dispose)
         if vision is None:
-            vision = VisionClient.from_settings(settings)
+            if settings.backend == "ocr":
+                vision = OcrAnalyzer()
+            else:
+                vision = VisionClient.from_settings(settings)
             owned.callback(vision.close)
         handler = PageAnalysisHandler(
             storage=LocalStorage(settings.storage_root),
@@ -50,7 +62,7 @@ def analysis_runner(
         gate = ReadinessGate(
             vision.is_ready, url=vision.health_url, poll_seconds=settings.readiness_poll_seconds
         )
-        yield Runner(
+        runner = Runner(
             engine,
             [handler],
             workers=settings.analysis_workers,
@@ -63,3 +75,8 @@ def analysis_runner(
             name="analysis",
             observer=observer,
         )
+        if isinstance(vision, OcrAnalyzer):
+            vision.start_loading(on_failure=lambda _error: runner.stop())
+        yield runner
+        if isinstance(vision, OcrAnalyzer) and vision.load_error is not None:
+            raise vision.load_error

@@ -133,7 +133,9 @@ class VisionClient:
     def from_settings(
         cls, settings: Settings, *, session: requests.Session | None = None
     ) -> VisionClient:
-        """A client configured from the `VISION_*` settings."""
+        """A client configured from the `VISION_*` settings; `ValueError` without `VISION_URL`."""
+        if not settings.vision_url:
+            raise ValueError("VISION_URL is not set: the http backend needs a model server")
         return cls(
             base_url=settings.vision_url,
             model=settings.vision_model,

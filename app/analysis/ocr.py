@@ -1,0 +1,259 @@
+"""The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr`.
+
+It stands where the vision client stands (`VisionModel` in
+`app.analysis.dispatcher`), so the runner, heartbeats, fencing, deadlines,
+cancellation and events are the same. It fills `ocr_text` in manga reading
+order (`app.analysis.reading_order`), leaves tags and description empty and
+the NSFW verdict `None` (nothing was judged), and names the engine and model
+files as `model`.
+
+Models: only the ONNX files inside rapidocr's wheel (PP-OCRv6 small
+detection and recognition; the recogniser is multilingual and carries its
+own character dictionary). Their paths are passed explicitly, so rapidocr
+never resolves a default model, which it would download. A missing file is
+`OcrModelMissing` when the analyzer is built, a start-up error; no job is
+ever tried without a model. The direction classifier (0°/180° lines) is
+off: manga text is not printed upside down, and it costs time per line.
+
+Loading: rapidocr builds its ONNX sessions lazily on the first call, so
+`start_loading` builds them on a background thread and warms them up with a
+real OCR call; `is_ready` (the readiness gate's probe) says yes only after
+that. A slow load therefore holds the gate closed instead of eating into a
+job's deadline.
+
+Threads: worker threads share one engine without a lock. ONNX Runtime
+documents `InferenceSession.run` as safe to call concurrently, and rapidocr
+3.x keeps per-call state on the stack when called without per-call options
+(it loads its sessions under its own locks; the only shared write per call
+is its detector's stateless pre-processor, rebuilt identically each call).
+`analyze` never passes per-call options, which rapidocr would store on the
+shared engine.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import io
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final
+
+from PIL import Image, ImageDraw, ImageFont
+
+from app.analysis.answer import Analysis
+from app.analysis.images import PreparedImage
+from app.analysis.reading_order import TextLine, page_text
+from app.analysis.vision import VisionResult
+from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
+
+logger = logging.getLogger(__name__)
+
+DET_MODEL_FILE: Final = "PP-OCRv6_det_small.onnx"
+"""Text detection model shipped in rapidocr's wheel (3.9 and newer), under `rapidocr/models/`."""
+REC_MODEL_FILE: Final = "PP-OCRv6_rec_small.onnx"
+"""Text recognition model shipped beside it: multilingual, dictionary embedded."""
+WARM_UP_TEXT: Final = "Warm up 42"
+"""Drawn and read once at load: proves both models run before the gate opens."""
+OCR_TEXT_MAX_CHARS: Final = 20_000
+"""Bound on the stored text of one page (a dense page holds a few thousand characters)."""
+
+
+class OcrModelError(ServiceError):
+    """The OCR models cannot be used: a start-up error, not a job's failure."""
+
+    retryable = False
+
+
+class OcrModelMissing(OcrModelError):
+    """A model file that should ship inside rapidocr's wheel is not there."""
+
+
+def wheel_model_dir() -> Path:
+    """`rapidocr/models/` of the installed package, found without importing it."""
+    spec = importlib.util.find_spec("rapidocr")
+    if spec is None or spec.origin is None:
+        raise OcrModelMissing(
+            "rapidocr is not installed; it is a dependency of this project: run `make install`"
+        )
+    return Path(spec.origin).parent / "models"
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"
+
+
+class OcrAnalyzer:
+    """In-process OCR behind the `VisionModel` protocol. One per process; thread-safe.
+
+    Building it checks that the model files exist (raising `OcrModelMissing`)
+    and loads nothing; `start_loading` or `load` load and warm up the models.
+    """
+
+    def __init__(self, *, model_dir: Path | None = None) -> None:
+        model_dir = model_dir if model_dir is not None else wheel_model_dir()
+        self.det_model_path = model_dir / DET_MODEL_FILE
+        self.rec_model_path = model_dir / REC_MODEL_FILE
+        missing = [
+            path for path in (self.det_model_path, self.rec_model_path) if not path.is_file()
+        ]
+        if missing:
+            present = sorted(path.name for path in model_dir.glob("*.onnx"))
+            raise OcrModelMissing(
+                f"OCR model file(s) missing: {', '.join(map(str, missing))} "
+                f"(found there: {', '.join(present) or 'none'}). The `ocr` backend uses only the "
+                "models inside rapidocr's wheel (rapidocr >= 3.9) and downloads nothing: "
+                "reinstall it (`make clean install`), or set VISION_URL to use a model server"
+            )
+        self.model = (
+            f"rapidocr {_version('rapidocr')} {self.det_model_path.stem}+{self.rec_model_path.stem}"
+            f" (onnxruntime {_version('onnxruntime')})"
+        )
+        self.health_url = f"in-process OCR ({self.model})"
+        """What the readiness gate names in its log lines (there is no URL)."""
+        self.load_seconds: float | None = None
+        """How long loading and warming up took, once loaded."""
+        self._engine: Any = None
+        self._ready = threading.Event()
+        self._load_lock = threading.Lock()
+        self._loader: threading.Thread | None = None
+        self._load_error: OcrModelError | None = None
+
+    def __repr__(self) -> str:
+        return f"OcrAnalyzer({self.model!r})"
+
+    @property
+    def load_error(self) -> OcrModelError | None:
+        """Why the background load failed, if it did."""
+        return self._load_error
+
+    def is_ready(self) -> bool:
+        """True once the models are loaded and warmed up. Never raises, never blocks."""
+        return self._ready.is_set()
+
+    def load(self) -> None:
+        """Load and warm up the models now (once per analyzer); raises `OcrModelError`."""
+        with self._load_lock:
+            if self._ready.is_set():
+                return
+            started = time.monotonic()
+            try:
+                from rapidocr import RapidOCR
+
+                engine = RapidOCR(
+                    params={
+                        "Global.use_cls": False,
+                        "Global.log_level": "error",
+                        "Det.model_path": str(self.det_model_path),
+                        "Rec.model_path": str(self.rec_model_path),
+                    }
+                )
+                warm_up = self._read(engine, _warm_up_image())
+            except Exception as exc:
+                raise OcrModelError(
+                    f"OCR models failed to load: {type(exc).__name__}: {exc}"
+                ) from exc
+            if not warm_up.strip():
+                raise OcrModelError(
+                    f"OCR models loaded but read nothing in the warm-up image ({WARM_UP_TEXT!r})"
+                )
+            self._engine = engine
+            self.load_seconds = time.monotonic() - started
+            self._ready.set()
+        logger.info(
+            "OCR models loaded and warmed up in %.1f s: %s (warm-up read %r)",
+            self.load_seconds,
+            self.model,
+            warm_up,
+        )
+
+    def start_loading(self, on_failure: Callable[[OcrModelError], None] | None = None) -> None:
+        """Load on a background thread; `on_failure` is called if loading fails."""
+        if self._loader is not None or self._ready.is_set():
+            return
+
+        def run() -> None:
+            try:
+                self.load()
+            except OcrModelError as exc:
+                self._load_error = exc
+                logger.critical("%s; the worker cannot analyse pages and stops", exc)
+                if on_failure is not None:
+                    on_failure(exc)
+
+        self._loader = threading.Thread(target=run, name="ocr-model-loader", daemon=True)
+        self._loader.start()
+
+    def close(self, timeout: float = 60.0) -> None:
+        """Wait (bounded) for a background load to end: a load cannot be interrupted."""
+        if self._loader is not None:
+            self._loader.join(timeout)
+
+    def analyze(
+        self,
+        image: PreparedImage,
+        *,
+        deadline: float,
+        cancel: threading.Event | None = None,
+        job_label: str = "",
+    ) -> VisionResult:
+        """OCR one page. One OCR call cannot be interrupted: `cancel` and `deadline`
+        are checked before it starts and after it ends."""
+        _check(deadline, cancel, job_label)
+        if not self._ready.is_set():
+            # The gate keeps jobs away until load; a host calling directly loads here.
+            self.load()
+        page = _decode(image)
+        text = self._read(self._engine, page)[:OCR_TEXT_MAX_CHARS]
+        _check(deadline, cancel, job_label)
+        analysis = Analysis(
+            ocr_text=text, tags=(), description="", nsfw_rating=None, nsfw_score=None
+        )
+        return VisionResult(analysis=analysis, model=self.model)
+
+    @staticmethod
+    def _read(engine: Any, page: Image.Image) -> str:
+        result = engine(page)
+        if result.boxes is None or result.txts is None:
+            return ""
+        lines = [
+            TextLine.from_quad(box.tolist(), text)
+            for box, text in zip(result.boxes, result.txts, strict=True)
+        ]
+        return page_text(lines)
+
+
+def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:
+    if cancel is not None and cancel.is_set():
+        raise VisionCancelled(f"{job_label}: OCR cancelled".lstrip(": "))
+    if time.monotonic() >= deadline:
+        raise DispatchTimeout(f"{job_label}: OCR ran past the job deadline".lstrip(": "))
+
+
+def _decode(image: PreparedImage) -> Image.Image:
+    """The page as RGB, transparent areas white (rapidocr reads palette PNGs as grey indices)."""
+    try:
+        with Image.open(io.BytesIO(image.data)) as opened:
+            opened.load()
+            if opened.mode in ("RGBA", "LA", "PA") or "transparency" in opened.info:
+                rgba = opened.convert("RGBA")
+                page = Image.new("RGB", rgba.size, "white")
+                page.paste(rgba, mask=rgba.getchannel("A"))
+                return page
+            return opened.convert("RGB")
+    except Exception as exc:
+        raise ImageError(f"cannot decode page image for OCR: {type(exc).__name__}: {exc}") from exc
+
+
+def _warm_up_image() -> Image.Image:
+    image = Image.new("RGB", (320, 64), "white")
+    ImageDraw.Draw(image).text(
+        (16, 14), WARM_UP_TEXT, fill="black", font=ImageFont.load_default(30)
+    )
+    return image

@@ -1,0 +1,281 @@
+"""`python -m app demo` (`make demo`): the whole service at work on the sample manga.
+
+Starts the database (the embedded one unless `DATABASE_URL` is set),
+migrates it, imports `examples/sample_manga/` as a manga, requests analysis
+of its pages, runs the page-analysis runner until those jobs have finished
+(printing each event), then prints page -> status, duration and OCR text,
+where the data lives, and how to use a real model server.
+
+Re-running reuses the sample manga (found by its title, when it still has
+one page per sample image): its pages are analysed again (`force`), so
+every run shows the worker at work and the database keeps one copy.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Final, TextIO
+
+from sqlalchemy import Connection, Engine, select
+
+from app.analysis.events import analysis_event_bus
+from app.analysis.ocr import OcrAnalyzer
+from app.analysis.service import analysis_runner
+from app.config import DEFAULT_VISION_URL, Settings
+from app.importer import IMAGE_SUFFIXES, import_folder
+from app.models import Chapter, Job, Manga, Page, PageAnalysis
+from app.queue import KIND_ANALYZE_PAGE, request_analysis
+from app.worker.events import JobEvent
+
+SAMPLE_FOLDER: Final = Path(__file__).resolve().parent.parent / "examples" / "sample_manga"
+"""The sample pages shipped with the repository."""
+SAMPLE_TITLE: Final = "Sample manga (make demo)"
+"""Title of the demo's manga; a second run finds the manga by it."""
+SAMPLE_CHAPTER: Final = Decimal(1)
+DEFAULT_TIMEOUT_SECONDS: Final = 300.0
+"""How long the demo waits for its pages before giving up."""
+TEXT_COLUMN_CHARS: Final = 90
+"""OCR text shown per page in the table."""
+
+
+@dataclass(frozen=True)
+class DemoPage:
+    page_id: uuid.UUID
+    number: int
+
+
+@dataclass(frozen=True)
+class PageRow:
+    """One line of the final table."""
+
+    number: int
+    status: str
+    duration_ms: int | None
+    ocr_text: str
+    error: str
+
+
+def run_demo(
+    settings: Settings,
+    engine: Engine,
+    *,
+    database_label: str,
+    folder: Path = SAMPLE_FOLDER,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    out: TextIO,
+) -> int:
+    """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages are done.
+
+    The database must be migrated. Worker threads are stopped and joined before returning.
+    """
+
+    def say(line: str = "") -> None:
+        print(line, file=out, flush=True)
+
+    pages, reused = _prepare_pages(engine, settings.storage_root, folder)
+    say(
+        f"{'Reusing' if reused else 'Imported'} {SAMPLE_TITLE!r}: {len(pages)} page(s) from "
+        f"{folder}; analysis requested{' again (force)' if reused else ''}."
+    )
+    numbers = {page.page_id: page.number for page in pages}
+    finished: dict[uuid.UUID, str] = {}
+    lock = threading.Lock()
+
+    def on_event(event: JobEvent) -> None:
+        page_id = uuid.UUID(str(event.breadcrumb.get("page_id")))
+        if page_id not in numbers:
+            return
+        number = numbers[page_id]
+        with lock:
+            if event.type in ("completed", "failed"):
+                finished[page_id] = event.type
+            done = len(finished)
+        detail = ""
+        if "duration_ms" in event.details:
+            detail = f" in {int(event.details['duration_ms']) / 1000:.2f} s"
+        if event.type == "failed":
+            detail = f": {event.details.get('error', '')}"
+        say(f"  [{done}/{len(pages)}] page {number} {event.type}{detail}")
+
+    ocr = OcrAnalyzer() if settings.backend == "ocr" else None
+    events = analysis_event_bus(engine)
+    events.subscribe(on_event)
+    say(_backend_line(settings, ocr))
+    started = time.monotonic()
+    try:
+        with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
+            runner.start()
+            try:
+                announced = False
+
+                def check() -> bool:
+                    nonlocal announced
+                    if ocr is not None and not announced and ocr.load_seconds is not None:
+                        announced = True
+                        say(f"OCR model loaded in {ocr.load_seconds:.1f} s (once per process).")
+                    return _all_finished(engine, pages, finished, lock)
+
+                drained = _wait(
+                    check,
+                    timeout=timeout,
+                    stopping=runner.wait_stopping,
+                )
+            finally:
+                runner.stop()
+                runner.join(settings.shutdown_grace_seconds)
+    finally:
+        if ocr is not None:
+            ocr.close()
+    say(f"{'Finished' if drained else 'Gave up'} after {time.monotonic() - started:.1f} s.")
+    say()
+    rows = _results(engine, pages)
+    for line in _table(rows):
+        say(line)
+    say()
+    for line in _where(settings, database_label):
+        say(line)
+    all_done = drained and all(row.status == "done" for row in rows)
+    return 0 if all_done else 1
+
+
+def _backend_line(settings: Settings, ocr: OcrAnalyzer | None) -> str:
+    if ocr is not None:
+        return f"Analyzer: in-process OCR, {ocr.model}; loading the model..."
+    return f"Analyzer: vision model server {settings.vision_url} (model {settings.vision_model})"
+
+
+def _prepare_pages(engine: Engine, storage_root: Path, folder: Path) -> tuple[list[DemoPage], bool]:
+    images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    with engine.begin() as conn:
+        existing = _existing_pages(conn)
+        if existing is not None and len(existing) == len(images):
+            for (page, key), image in zip(existing, images, strict=True):
+                # STORAGE_ROOT may have changed since the first run: put the image back.
+                target = storage_root / key
+                if not target.is_file():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(image, target)
+                request_analysis(conn, page.page_id, force=True)
+            return [page for page, _key in existing], True
+    result = import_folder(engine, storage_root, folder, title=SAMPLE_TITLE, chapter=SAMPLE_CHAPTER)
+    return [DemoPage(page_id, n) for n, page_id in enumerate(result.page_ids, start=1)], False
+
+
+def _existing_pages(conn: Connection) -> list[tuple[DemoPage, str]] | None:
+    chapter_id = conn.execute(
+        select(Chapter.id)
+        .join(Manga, Manga.id == Chapter.manga_id)
+        .where(Manga.title == SAMPLE_TITLE, Chapter.number == SAMPLE_CHAPTER)
+        .order_by(Manga.created_at.desc())
+        .limit(1)
+    ).scalar_one_or_none()
+    if chapter_id is None:
+        return None
+    rows = conn.execute(
+        select(Page.id, Page.number, Page.storage_key)
+        .where(Page.chapter_id == chapter_id)
+        .order_by(Page.number)
+    ).all()
+    return [(DemoPage(row.id, row.number), row.storage_key) for row in rows]
+
+
+def _all_finished(
+    engine: Engine,
+    pages: Sequence[DemoPage],
+    finished: dict[uuid.UUID, str],
+    lock: threading.Lock,
+) -> bool:
+    """Every page has completed or failed an attempt, or has no job left to run."""
+    with lock:
+        waiting = {page.page_id for page in pages} - set(finished)
+    if not waiting:
+        return True
+    with engine.connect() as conn:
+        active = conn.execute(
+            select(Job.payload["page_id"].astext).where(
+                Job.state.in_(("pending", "running")),
+                Job.payload["kind"].astext == KIND_ANALYZE_PAGE,
+                Job.payload["page_id"].astext.in_([str(page_id) for page_id in waiting]),
+            )
+        ).all()
+    return not active
+
+
+def _wait(
+    predicate: Callable[[], bool], *, timeout: float, stopping: Callable[[float], bool]
+) -> bool:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline or stopping(0.25):
+            return False
+    return True
+
+
+def _results(engine: Engine, pages: Sequence[DemoPage]) -> list[PageRow]:
+    with engine.connect() as conn:
+        analyses = {
+            row.page_id: row
+            for row in conn.execute(
+                select(
+                    PageAnalysis.page_id,
+                    PageAnalysis.status,
+                    PageAnalysis.duration_ms,
+                    PageAnalysis.ocr_text,
+                    PageAnalysis.error,
+                ).where(PageAnalysis.page_id.in_([page.page_id for page in pages]))
+            )
+        }
+    rows = []
+    for page in pages:
+        analysis = analyses.get(page.page_id)
+        if analysis is None:
+            rows.append(PageRow(page.number, "not analysed", None, "", ""))
+        else:
+            rows.append(
+                PageRow(
+                    page.number,
+                    analysis.status,
+                    analysis.duration_ms,
+                    analysis.ocr_text or "",
+                    analysis.error or "",
+                )
+            )
+    return rows
+
+
+def _table(rows: Sequence[PageRow]) -> list[str]:
+    lines = [f"{'page':>4}  {'status':<12}  {'duration':>8}  OCR text (one bubble per ' / ')"]
+    for row in rows:
+        duration = f"{row.duration_ms / 1000:.2f} s" if row.duration_ms is not None else "-"
+        text = " / ".join(row.ocr_text.splitlines()) if row.ocr_text else "(no text)"
+        if row.error and row.status != "done":
+            text = f"error: {row.error}"
+        if len(text) > TEXT_COLUMN_CHARS:
+            text = text[: TEXT_COLUMN_CHARS - 1] + "…"
+        lines.append(f"{row.number:>4}  {row.status:<12}  {duration:>8}  {text}")
+    return lines
+
+
+def _where(settings: Settings, database_label: str) -> list[str]:
+    lines = [f"Database:    {database_label} (tables page_analysis, crawler_jobs)"]
+    if not settings.database_url:
+        lines.append(
+            f"             embedded Postgres, data in {(settings.dev_dir / 'pgdata').resolve()}"
+        )
+    lines += [
+        f"Page images: {settings.storage_root.resolve()}",
+        "Run again:   make demo (analyses the same pages again); a long-running worker:",
+        "             make run-worker",
+        "A real model server (tags, description, NSFW verdict): start an OpenAI-compatible",
+        "  vision server (llama.cpp's llama-server, vLLM, Ollama), then",
+        f"  VISION_URL={DEFAULT_VISION_URL} VISION_MODEL=<its model name> make run-worker",
+        "  (VISION_BACKEND=ocr keeps the in-process OCR even with VISION_URL set.)",
+    ]
+    return lines
