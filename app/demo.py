@@ -84,46 +84,18 @@ def run_demo(
         f"{'Reusing' if reused else 'Imported'} {SAMPLE_TITLE!r}: {len(pages)} page(s) from "
         f"{folder}; analysis requested{' again (force)' if reused else ''}."
     )
-    numbers = {page.page_id: page.number for page in pages}
-    finished: dict[uuid.UUID, str] = {}
-    lock = threading.Lock()
-
-    def on_event(event: JobEvent) -> None:
-        page_id = uuid.UUID(str(event.breadcrumb.get("page_id")))
-        if page_id not in numbers:
-            return
-        number = numbers[page_id]
-        with lock:
-            if event.type in ("completed", "failed"):
-                finished[page_id] = event.type
-            done = len(finished)
-        detail = ""
-        if "duration_ms" in event.details:
-            detail = f" in {int(event.details['duration_ms']) / 1000:.2f} s"
-        if event.type == "failed":
-            detail = f": {event.details.get('error', '')}"
-        say(f"  [{done}/{len(pages)}] page {number} {event.type}{detail}")
-
     ocr = OcrAnalyzer() if settings.backend == "ocr" else None
+    progress = _Progress(pages, ocr, say)
     events = analysis_event_bus(engine)
-    events.subscribe(on_event)
+    events.subscribe(progress.on_event)
     say(_backend_line(settings, ocr))
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
             runner.start()
             try:
-                announced = False
-
-                def check() -> bool:
-                    nonlocal announced
-                    if ocr is not None and not announced and ocr.load_seconds is not None:
-                        announced = True
-                        say(f"OCR model loaded in {ocr.load_seconds:.1f} s (once per process).")
-                    return _all_finished(engine, pages, finished, lock)
-
                 drained = _wait(
-                    check,
+                    lambda: progress.finished(engine),
                     timeout=timeout,
                     stopping=runner.wait_stopping,
                 )
@@ -143,6 +115,61 @@ def run_demo(
         say(line)
     all_done = drained and all(row.status == "done" for row in rows)
     return 0 if all_done else 1
+
+
+class _Progress:
+    """Prints the demo pages' events as they come (on the runner's threads)."""
+
+    def __init__(
+        self, pages: Sequence[DemoPage], ocr: OcrAnalyzer | None, say: Callable[[str], None]
+    ) -> None:
+        self._numbers = {page.page_id: page.number for page in pages}
+        self._ocr = ocr
+        self._say = say
+        self._lock = threading.Lock()
+        self._ended: set[uuid.UUID] = set()
+        self._announced = ocr is None
+
+    def announce_model(self) -> None:
+        with self._lock:
+            if self._announced or self._ocr is None or self._ocr.load_seconds is None:
+                return
+            self._announced = True
+        self._say(f"OCR model loaded and warmed up in {self._ocr.load_seconds:.1f} s.")
+
+    def on_event(self, event: JobEvent) -> None:
+        page_id = uuid.UUID(str(event.breadcrumb.get("page_id")))
+        if page_id not in self._numbers:
+            return
+        self.announce_model()
+        with self._lock:
+            if event.type in ("completed", "failed"):
+                self._ended.add(page_id)
+            ended = len(self._ended)
+        detail = ""
+        if "duration_ms" in event.details:
+            detail = f" in {int(event.details['duration_ms']) / 1000:.2f} s"
+        if event.type == "failed":
+            detail = f": {event.details.get('error', '')}"
+        page = self._numbers[page_id]
+        self._say(f"  [{ended}/{len(self._numbers)}] page {page} {event.type}{detail}")
+
+    def finished(self, engine: Engine) -> bool:
+        """Every page completed or failed an attempt, or has no job left to run."""
+        self.announce_model()
+        with self._lock:
+            waiting = set(self._numbers) - self._ended
+        if not waiting:
+            return True
+        with engine.connect() as conn:
+            active = conn.execute(
+                select(Job.payload["page_id"].astext).where(
+                    Job.state.in_(("pending", "running")),
+                    Job.payload["kind"].astext == KIND_ANALYZE_PAGE,
+                    Job.payload["page_id"].astext.in_([str(page_id) for page_id in waiting]),
+                )
+            ).all()
+        return not active
 
 
 def _backend_line(settings: Settings, ocr: OcrAnalyzer | None) -> str:
@@ -184,28 +211,6 @@ def _existing_pages(conn: Connection) -> list[tuple[DemoPage, str]] | None:
         .order_by(Page.number)
     ).all()
     return [(DemoPage(row.id, row.number), row.storage_key) for row in rows]
-
-
-def _all_finished(
-    engine: Engine,
-    pages: Sequence[DemoPage],
-    finished: dict[uuid.UUID, str],
-    lock: threading.Lock,
-) -> bool:
-    """Every page has completed or failed an attempt, or has no job left to run."""
-    with lock:
-        waiting = {page.page_id for page in pages} - set(finished)
-    if not waiting:
-        return True
-    with engine.connect() as conn:
-        active = conn.execute(
-            select(Job.payload["page_id"].astext).where(
-                Job.state.in_(("pending", "running")),
-                Job.payload["kind"].astext == KIND_ANALYZE_PAGE,
-                Job.payload["page_id"].astext.in_([str(page_id) for page_id in waiting]),
-            )
-        ).all()
-    return not active
 
 
 def _wait(
