@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +17,7 @@ from sqlalchemy import text
 
 from app import cli
 from app.importer import import_folder
+from tests.helpers import wait_until
 from tests.test_cli import listening, start_worker, stop_worker, wait_for
 from tests.test_ocr import EXPECTED, SAMPLES, assert_reads
 
@@ -70,6 +75,33 @@ def test_run_worker_without_vision_url_analyses_a_chapter_with_ocr(database_url,
         assert_reads(row.ocr_text, EXPECTED[name])
         assert (row.nsfw_rating, row.nsfw_score, row.tags, row.description) == (None, None, [], "")
         assert row.model.startswith("rapidocr ")
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_model_loads_exits_zero_within_seconds(database_url, tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "run-worker"],
+        env=ocr_env(database_url, tmp_path),
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("run-worker: database" in line for line in lines), timeout=60)
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(timeout=20)
+        elapsed = time.monotonic() - started
+    finally:
+        if process.poll() is None:
+            process.kill()
+    reader.join(5)
+    assert code == 0, "".join(lines)
+    assert elapsed < 12, f"shutdown waited {elapsed:.1f} s for the model load"
 
 
 def test_run_worker_refuses_to_start_without_the_ocr_model(

@@ -157,7 +157,7 @@ def test_loading_uses_only_the_wheel_models_and_downloads_nothing(monkeypatch):
     assert analyzer.det_model_path.parent == wheel_model_dir()
     assert not analyzer.is_ready()
     analyzer.start_loading()
-    analyzer.close()
+    assert analyzer.wait_loaded(120), analyzer.load_error
     assert analyzer.load_error is None
     assert analyzer.is_ready() and analyzer.load_seconds is not None
     assert_reads(analyzer.analyze(page("003.png"), deadline=far()).analysis.ocr_text, ["ドキドキ"])
@@ -177,8 +177,7 @@ def test_a_model_that_fails_to_load_keeps_the_gate_shut_and_reports(tmp_path):
     analyzer = OcrAnalyzer(model_dir=tmp_path)
     failures: list[OcrModelError] = []
     analyzer.start_loading(on_failure=failures.append)
-    analyzer.close()
-    assert not analyzer.is_ready()
+    assert not analyzer.wait_loaded(120)
     assert failures and failures[0] is analyzer.load_error
     assert "failed to load" in str(failures[0])
 

@@ -58,6 +58,8 @@ REC_MODEL_FILE: Final = "PP-OCRv6_rec_small.onnx"
 """Text recognition model shipped beside it: multilingual, dictionary embedded."""
 WARM_UP_TEXT: Final = "Warm up 42"
 """Drawn and read once at load: proves both models run before the gate opens."""
+CLOSE_WAIT_SECONDS: Final = 5.0
+"""How long `close` waits for a load still under way (shutdown must take seconds)."""
 OCR_TEXT_MAX_CHARS: Final = 20_000
 """Bound on the stored text of one page (a dense page holds a few thousand characters)."""
 
@@ -190,10 +192,17 @@ class OcrAnalyzer:
         self._loader = threading.Thread(target=run, name="ocr-model-loader", daemon=True)
         self._loader.start()
 
-    def close(self, timeout: float = 60.0) -> None:
-        """Wait (bounded) for a background load to end: a load cannot be interrupted."""
+    def wait_loaded(self, timeout: float | None = None) -> bool:
+        """Wait for a background load to end; True when the models are ready."""
         if self._loader is not None:
             self._loader.join(timeout)
+        return self._ready.is_set()
+
+    def close(self, timeout: float = CLOSE_WAIT_SECONDS) -> None:
+        """Give a background load a few seconds to end: it cannot be interrupted, and
+        shutdown must not wait for it (the thread is a daemon and dies with the process)."""
+        if self._loader is not None and not self.wait_loaded(timeout) and self._loader.is_alive():
+            logger.info("OCR models still loading at shutdown; not waiting for them")
 
     def analyze(
         self,
