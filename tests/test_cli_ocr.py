@@ -120,14 +120,14 @@ def test_run_worker_refuses_to_start_without_the_ocr_model(
 
 
 def test_vision_backend_http_without_url_is_refused_before_anything_starts(
-    tmp_path, monkeypatch, caplog
+    tmp_path, monkeypatch, caplog, capsys
 ):
     monkeypatch.delenv("VISION_URL", raising=False)
     monkeypatch.setenv("VISION_BACKEND", "http")
     monkeypatch.chdir(tmp_path)
     with caplog.at_level(logging.ERROR, logger="app.cli"):
         assert cli.main(["run-worker"]) == 2
-    assert "VISION_BACKEND=http needs VISION_URL" in caplog.text
+    assert "VISION_BACKEND=http needs VISION_URL" in caplog.text + capsys.readouterr().err
 
 
 def make_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
