@@ -185,7 +185,7 @@ class OcrAnalyzer:
                 self.load()
             except OcrModelError as exc:
                 self._load_error = exc
-                logger.critical("%s; the worker cannot analyse pages and stops", exc)
+                logger.critical("%s; no page can be analysed until this is fixed", exc)
                 if on_failure is not None:
                     on_failure(exc)
 
