@@ -1,7 +1,7 @@
 """The `ocr` analyzer alone: model load time, warm time per sample page, memory.
 
     .venv/bin/python -m bench.ocr                 # all cores
-    taskset -c 0 .venv/bin/python -m bench.ocr   # one core
+    taskset -c 0 .venv/bin/python -m bench.ocr --threads 1   # one core
 
 Reads the pages in examples/sample_manga/ through the same path a job takes
 (`prepare_image`, then `OcrAnalyzer.analyze`). No database needed.
@@ -31,10 +31,14 @@ def rss_mib() -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5, help="warm reads per page")
+    parser.add_argument("--threads", type=int, default=None, help="ONNX Runtime threads per call")
     args = parser.parse_args()
     cores = len(os.sched_getaffinity(0))
-    print(f"cores available: {cores}; RSS before loading: {rss_mib():.0f} MiB")
-    analyzer = OcrAnalyzer()
+    print(
+        f"cores available: {cores}, ONNX Runtime threads: {args.threads or 'default'}; "
+        f"RSS before loading: {rss_mib():.0f} MiB"
+    )
+    analyzer = OcrAnalyzer(threads=args.threads)
     analyzer.load()
     print(f"model: {analyzer.model}")
     print(f"load + warm-up: {analyzer.load_seconds:.2f} s; RSS loaded: {rss_mib():.0f} MiB")

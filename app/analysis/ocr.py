@@ -98,7 +98,10 @@ class OcrAnalyzer:
     and loads nothing; `start_loading` or `load` load and warm up the models.
     """
 
-    def __init__(self, *, model_dir: Path | None = None) -> None:
+    def __init__(self, *, model_dir: Path | None = None, threads: int | None = None) -> None:
+        """`threads`: ONNX Runtime's intra-op threads per call; `None` lets it choose
+        (one per core)."""
+        self._threads = threads
         model_dir = model_dir if model_dir is not None else wheel_model_dir()
         self.det_model_path = model_dir / DET_MODEL_FILE
         self.rec_model_path = model_dir / REC_MODEL_FILE
@@ -148,14 +151,15 @@ class OcrAnalyzer:
             try:
                 from rapidocr import RapidOCR
 
-                engine = RapidOCR(
-                    params={
-                        "Global.use_cls": False,
-                        "Global.log_level": "error",
-                        "Det.model_path": str(self.det_model_path),
-                        "Rec.model_path": str(self.rec_model_path),
-                    }
-                )
+                params: dict[str, Any] = {
+                    "Global.use_cls": False,
+                    "Global.log_level": "error",
+                    "Det.model_path": str(self.det_model_path),
+                    "Rec.model_path": str(self.rec_model_path),
+                }
+                if self._threads is not None:
+                    params["EngineConfig.onnxruntime.intra_op_num_threads"] = self._threads
+                engine = RapidOCR(params=params)
                 warm_up = self._read(engine, _warm_up_image())
             except Exception as exc:
                 raise OcrModelError(
