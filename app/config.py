@@ -65,6 +65,10 @@ class Settings(BaseSettings):
     idle_poll_seconds: float = Field(
         default=1.0, gt=0, description="Sleep when the queue is empty."
     )
+    queue_listen: bool = Field(
+        default=True,
+        description="LISTEN for new jobs (instant pickup); off behind PgBouncer transaction mode.",
+    )
     readiness_poll_seconds: float = Field(default=2.0, gt=0, description="Re-probe interval.")
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")

@@ -41,6 +41,18 @@ NSFW_RATINGS = ("safe", "suggestive", "explicit")
 # The jobs that hold a dedup slot: at most one per chapter / page while in flight.
 INFLIGHT = "state IN ('pending', 'running')"
 
+TABLE_SETTINGS = {
+    "fillfactor": "80",
+    "autovacuum_vacuum_threshold": "1000",
+    "autovacuum_vacuum_scale_factor": "0.02",
+    "autovacuum_vacuum_insert_threshold": "1000",
+    "autovacuum_vacuum_insert_scale_factor": "0.02",
+    "autovacuum_analyze_threshold": "1000",
+    "autovacuum_analyze_scale_factor": "0.05",
+    "autovacuum_vacuum_cost_delay": "0",
+}
+"""crawler_jobs storage parameters, as set by migration 0003."""
+
 
 def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
@@ -81,24 +93,24 @@ class Job(Base):
 
     __table_args__ = (
         CheckConstraint(_in("state", JOB_STATES), name="state"),
-        # The lease query walks in-flight rows in schedule order and locks the
-        # first due ones: pending rows, or running rows whose lease expired.
-        # Running rows sit at the head of that order, so each lease steps over
-        # the live ones: cost grows with running jobs (tens), not the backlog.
+        # The lease reads due pending rows in schedule order through these
+        # pending-only indexes, so it never steps over running rows; its other
+        # arm, running rows with an expired lease, uses the leased_until index
+        # below (migration 0003).
         Index(
-            "ix_crawler_jobs_lease_kind",
+            "ix_crawler_jobs_pending_kind",
             text("(payload ->> 'kind')"),
             "scheduled_at",
             "created_at",
-            postgresql_where=text(INFLIGHT),
+            postgresql_where=text("state = 'pending'"),
         ),
         Index(
-            "ix_crawler_jobs_lease",
+            "ix_crawler_jobs_pending",
             "scheduled_at",
             "created_at",
-            postgresql_where=text(INFLIGHT),
+            postgresql_where=text("state = 'pending'"),
         ),
-        # reclaim_orphaned: running rows by lease expiry.
+        # reclaim_orphaned and the lease's expired arm: running rows by lease expiry.
         Index(
             "ix_crawler_jobs_running_leased_until",
             "leased_until",
@@ -122,6 +134,10 @@ class Job(Base):
             unique=True,
             postgresql_where=text(f"payload ->> 'kind' = 'analyze_page' AND {INFLIGHT}"),
         ),
+        # Storage and autovacuum settings (reasoning in migration 0003), and
+        # the wake-up triggers, live in the migrations only: autogenerate
+        # compares neither.
+        {"postgresql_with": TABLE_SETTINGS},
     )
 
 

@@ -265,7 +265,7 @@ def test_a_lease_stolen_mid_dispatch_never_writes_the_loser_result(harness, visi
 
 
 def runner_idle(runner) -> bool:
-    return not runner._wakers
+    return runner.in_flight == 0
 
 
 def test_heartbeat_renews_the_lease_while_the_model_thinks(harness, vision_server):
@@ -445,8 +445,8 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
 ):
     from app.worker import heartbeat as heartbeat_module
 
-    renew = fail_first_call(heartbeat_module.renew, RuntimeError("bug in the heartbeat"))
-    monkeypatch.setattr(heartbeat_module, "renew", renew)
+    renew = fail_first_call(heartbeat_module.renew_many, RuntimeError("bug in the heartbeat"))
+    monkeypatch.setattr(heartbeat_module, "renew_many", renew)
     page_id = harness.add_page(png_bytes())
     job_id = harness.request(page_id)
     hold = threading.Event()
@@ -461,7 +461,7 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
             harness.events.wait_for("completed", page_id)
     finally:
         hold.set()
-    assert "heartbeat thread for" in caplog.text and "died" in caplog.text
+    assert "heartbeat thread" in caplog.text and "died" in caplog.text
     assert "starting a new one" in caplog.text
     assert harness.job(job_id).state == "done"
 

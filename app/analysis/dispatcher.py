@@ -43,6 +43,7 @@ class PageAnalysisHandler:
 
     kind = KIND_ANALYZE_PAGE
     timeout_message = "analysis dispatch timed out"
+    writes_result = True
 
     def __init__(
         self,

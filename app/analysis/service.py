@@ -69,6 +69,7 @@ def analysis_runner(
             lease_duration=timedelta(seconds=settings.lease_seconds),
             job_timeout=settings.job_timeout_seconds,
             idle_poll=settings.idle_poll_seconds,
+            listen=settings.queue_listen,
             readiness=gate,
             events=events if events is not None else analysis_event_bus(engine),
             reap_retention_days=settings.reap_retention_days,

@@ -1,6 +1,7 @@
 """The durable job queue on Postgres: payloads, the jobs repository, backoff."""
 
 from app.queue.backoff import apply_jitter, backoff_base, backoff_for
+from app.queue.batch import ack_done_many, enqueue_many, release_many, renew_many
 from app.queue.jobs import (
     Lease,
     ack_dead,
@@ -43,19 +44,23 @@ __all__ = [
     "SyncManga",
     "ack_dead",
     "ack_done",
+    "ack_done_many",
     "ack_failed",
     "apply_jitter",
     "backoff_base",
     "backoff_for",
     "decode_payload",
     "enqueue",
+    "enqueue_many",
     "holds",
     "lease",
     "lease_kinds",
     "reap_done",
     "reclaim_orphaned",
     "release",
+    "release_many",
     "release_unowned",
     "renew",
+    "renew_many",
     "request_analysis",
 ]

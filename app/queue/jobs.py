@@ -22,18 +22,17 @@ from typing import Any, Final, cast
 from sqlalchemy import (
     ColumnElement,
     Connection,
-    Integer,
     Interval,
     Table,
-    Update,
+    TextClause,
     and_,
     bindparam,
     delete,
     func,
     literal,
     literal_column,
-    or_,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -50,6 +49,10 @@ Conn = Connection | Session
 
 LAST_ERROR_MAX_CHARS: Final = 4000
 """`last_error` keeps the start of long messages (tracebacks, HTML error pages)."""
+
+WAKEUP_CHANNEL: Final = "crawler_jobs_wakeup"
+"""The `NOTIFY` channel on which due jobs announce themselves (payload: their
+kinds, comma-separated); sent by triggers of migration 0003, at commit."""
 
 jobs = cast(Table, Job.__table__)
 
@@ -156,59 +159,60 @@ def lease_kinds(
     return _lease(conn, list(kinds), limit, lease_duration)
 
 
-@functools.lru_cache(maxsize=64)
-def _lease_statement(kinds: tuple[str, ...] | None) -> Update:
-    """The lease statement for `kinds`, built once: building a Core statement
-    costs more client time than Postgres spends running it.
+def _kind_filter(kinds: tuple[str, ...] | None) -> str:
+    if kinds is None:
+        return ""
+    quoted = ", ".join("'" + kind.replace("'", "''") + "'" for kind in kinds)
+    # Spelled exactly as in the index, so the planner can use it.
+    return f"AND (payload ->> 'kind') IN ({quoted})"
 
-    One statement: a CTE locks the due rows with `FOR UPDATE SKIP LOCKED` and
-    `LIMIT`, and the `UPDATE` takes exactly those rows. Due means pending with
-    `scheduled_at <= now()`, or running with an expired lease (its worker
-    died). The limit is rendered inline: with a bound `LIMIT` a generic plan
-    guesses 10 % of the table and hash-joins a full scan.
+
+@functools.lru_cache(maxsize=512)
+def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> TextClause:
+    """The lease statement for `kinds` and `limit`, built once: building a
+    statement costs more client time than Postgres spends running it.
+
+    One statement. Two arms each lock their first due rows with
+    `FOR UPDATE SKIP LOCKED` and `LIMIT`, each through its own index so that
+    neither steps over rows it cannot take: pending rows due now (the
+    pending-only partial indexes, in schedule order), and running rows whose
+    lease expired (their worker died; `ix_crawler_jobs_running_leased_until`
+    finds only the expired ones, never the live leases). The first `limit`
+    of both, in `scheduled_at, created_at` order, are updated. While expired
+    leases exist, up to `limit` extra rows may stay locked until the caller
+    commits (the arm's surplus); in the steady state that arm is empty.
+
+    Constants (the kinds, the limit) are rendered inline: the planner can then
+    match the partial indexes' predicates, and a bound `LIMIT` would make a
+    generic plan guess 10 % of the table and hash-join a full scan.
     """
-    now = func.now()
-    conditions: list[ColumnElement[bool]] = [
-        jobs.c.state.in_([PENDING, RUNNING]),
-        jobs.c.scheduled_at <= now,
-        or_(jobs.c.state == PENDING, jobs.c.leased_until < now),
-    ]
-    if kinds is not None:
-        if len(kinds) == 1:
-            conditions.append(text_literal(kinds[0]) == KIND)
-        else:
-            conditions.append(KIND.in_([text_literal(kind) for kind in kinds]))
-    candidates = (
-        select(jobs.c.id)
-        .where(*conditions)
-        .order_by(jobs.c.scheduled_at, jobs.c.created_at)
-        .limit(bindparam("lease_limit", type_=Integer, literal_execute=True))
-        .with_for_update(skip_locked=True)
-        # A locking CTE is never inlined by Postgres, but say so: the
-        # UPDATE must see exactly the rows that were locked, never a re-scan.
-        .cte("candidates")
-        .prefix_with("MATERIALIZED")
-    )
-    return (
-        update(jobs)
-        .where(jobs.c.id == candidates.c.id)
-        .values(
-            state=RUNNING,
-            attempts=jobs.c.attempts + 1,
-            lease_generation=jobs.c.lease_generation + 1,
-            leased_until=now + bindparam("lease_duration", type_=Interval),
-            updated_at=now,
+    kind = _kind_filter(kinds)
+    n = int(limit)
+    return text(
+        f"""
+        WITH pending AS MATERIALIZED (
+            SELECT id, scheduled_at, created_at FROM crawler_jobs
+            WHERE state = 'pending' AND scheduled_at <= now() {kind}
+            ORDER BY scheduled_at, created_at LIMIT {n}
+            FOR UPDATE SKIP LOCKED
+        ), expired AS MATERIALIZED (
+            SELECT id, scheduled_at, created_at FROM crawler_jobs
+            WHERE state = 'running' AND leased_until < now() AND scheduled_at <= now() {kind}
+            ORDER BY scheduled_at, created_at LIMIT {n}
+            FOR UPDATE SKIP LOCKED
+        ), candidates AS MATERIALIZED (
+            SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS due
+            ORDER BY scheduled_at, created_at LIMIT {n}
         )
-        .returning(
-            jobs.c.id,
-            jobs.c.payload,
-            jobs.c.attempts,
-            jobs.c.max_attempts,
-            jobs.c.lease_generation,
-            jobs.c.scheduled_at,
-            jobs.c.created_at,
-        )
-    )
+        UPDATE crawler_jobs AS j
+        SET state = 'running', attempts = j.attempts + 1,
+            lease_generation = j.lease_generation + 1,
+            leased_until = now() + :lease_duration, updated_at = now()
+        FROM candidates WHERE j.id = candidates.id
+        RETURNING j.id, j.payload, j.attempts, j.max_attempts, j.lease_generation,
+                  j.scheduled_at, j.created_at
+        """
+    ).bindparams(bindparam("lease_duration", type_=Interval()))
 
 
 def _lease(
@@ -218,8 +222,8 @@ def _lease(
     cannot be worked on. No row lock outlives the caller's transaction."""
     if limit < 1:
         return []
-    statement = _lease_statement(None if kinds is None else tuple(sorted(set(kinds))))
-    result = conn.execute(statement, {"lease_limit": int(limit), "lease_duration": lease_duration})
+    statement = _lease_statement(None if kinds is None else tuple(sorted(set(kinds))), limit)
+    result = conn.execute(statement, {"lease_duration": lease_duration})
     rows = sorted(result.all(), key=lambda row: (row.scheduled_at, row.created_at))
 
     leases: list[Lease] = []
@@ -399,6 +403,7 @@ def reap_done(conn: Conn, retention_days: int) -> int:
 
 
 __all__ = [
+    "WAKEUP_CHANNEL",
     "Conn",
     "Lease",
     "ack_dead",

@@ -6,6 +6,7 @@ knows no job kind (page analysis plugs in from `app.analysis`).
 
 from app.worker.events import EventBus, JobEvent
 from app.worker.handler import JobContext, JobHandler
+from app.worker.noop import NoopHandler
 from app.worker.observer import RunnerObserver
 from app.worker.readiness import ReadinessGate
 from app.worker.runner import Runner
@@ -15,6 +16,7 @@ __all__ = [
     "JobContext",
     "JobEvent",
     "JobHandler",
+    "NoopHandler",
     "ReadinessGate",
     "Runner",
     "RunnerObserver",

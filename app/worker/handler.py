@@ -47,6 +47,11 @@ class JobHandler(Protocol[ItemT, ResultT]):
     timeout_message: str
     """The error recorded when a dispatch runs past the job timeout."""
 
+    writes_result: bool
+    """`False` when the handler has nothing of its own to write: `save` is never
+    called and its jobs are acked in batches (one statement for many jobs).
+    `True`: `save` and the ack share one fenced transaction per job."""
+
     def load(self, conn: Connection, lease: Lease) -> ItemT | None:
         """What the job needs, or `None` when there is nothing to do (acked as done)."""
         ...

@@ -1,129 +1,101 @@
-"""The worker runner: a pool of owned threads that lease jobs and run handlers.
+"""The worker runner: leases jobs in batches and runs their handlers on a fixed pool.
 
 Generic over job kinds: it takes a handler per kind and owns leasing,
 heartbeats, deadlines, fenced completion, events and shutdown for all of them.
 
-Per worker thread, per job:
+Threads of one runner (none is started per job):
 
-1. wait for the readiness gate (a model server that is down costs no attempt);
-2. lease one job of the handled kinds, `load` it (a short transaction);
-3. run `execute` on a dispatch thread while a heartbeat renews the lease, and
-   wait for whichever comes first: the result, shutdown, the lease lost, the
-   deadline. Threads cannot be killed, so a dispatch that is abandoned keeps
-   running until its own network timeouts end; its result is never written;
-4. write the result and ack in ONE transaction that first locks the row and
-   checks the lease is current (`holds`), so a late or fenced-off result can
-   never land.
+- the lease loop: waits for the readiness gate and for free slots, leases up
+  to that many jobs in ONE statement and runs `load` for the batch in the
+  same transaction, then hands the jobs to the pool. It sleeps while the
+  queue is empty until the wake-up listener, a freed slot or `idle_poll`
+  wakes it;
+- `workers` pool threads: each runs `execute` for one job at a time, then
+  writes the result and ack in ONE fenced transaction (`writes_result`
+  handlers) or hands the job to the acker;
+- the acker: acks finished jobs of handlers that write nothing in batches;
+- the heartbeat: renews every in-flight lease in one statement per beat,
+  abandons a job whose lease was lost or whose deadline passed, and on
+  shutdown releases every in-flight job in one statement;
+- the wake-up listener (`listen=True`): one LISTEN connection.
+
+Threads cannot be killed, so a dispatch that is abandoned keeps running until
+its own network timeouts end; its result is never written, and its pool thread
+is replaced at once so the pool keeps its size.
 """
 
 from __future__ import annotations
 
-import contextvars
-import dataclasses
+import functools
 import logging
+import queue
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
-from sqlalchemy import Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from app.errors import DispatchTimeout, ServiceError
-from app.queue.jobs import (
-    Lease,
-    ack_dead,
-    ack_done,
-    ack_failed,
-    holds,
-    lease_kinds,
-    reap_done,
-    reclaim_orphaned,
-    release,
+from app.queue.jobs import Lease, lease_kinds, reap_done, reclaim_orphaned
+from app.worker.acker import Acker
+from app.worker.dbsession import (
+    DatabaseUnavailable,
+    DbSession,
+    Outage,
+    is_transient_db_error,
 )
-from app.worker.events import EventBus, JobEvent
+from app.worker.events import EventBus
 from app.worker.handler import JobContext, JobHandler
 from app.worker.heartbeat import Heartbeat
+from app.worker.inflight import InFlight, InFlightJobs, JobState
 from app.worker.logcontext import job_log_context
 from app.worker.observer import RunnerObserver
+from app.worker.outcomes import Outcomes, describe_error, is_permanent, job_fields
 from app.worker.readiness import ReadinessGate
+from app.worker.wakeup import WakeupListener
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 AnyHandler = JobHandler[Any, Any]
 
-SUPERVISE_SECONDS = 1.0
-"""How often the supervisor checks that every worker thread is alive."""
 REAP_EVERY_SECONDS = 3600.0
-"""How often the supervisor deletes old `done` jobs."""
-DB_RETRY_MAX_SECONDS = 30.0
-"""Longest wait between lease attempts while the database is unreachable."""
+"""How often old `done` jobs are deleted (when `reap_retention_days` is set)."""
+RESTART_DELAY_SECONDS = 0.05
+"""Pause before a runner thread that died unexpectedly is started again."""
+SHUTDOWN_JOIN_SECONDS = 10.0
+"""How long shutdown waits for jobs already writing their outcome."""
 
-
-def is_transient_db_error(exc: BaseException) -> bool:
-    """A lost connection or a restarting server: worth one more try."""
-    if isinstance(exc, OperationalError):
-        return True
-    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
-
-
-def is_permanent(exc: BaseException) -> bool:
-    """Errors that no retry can fix say so with `retryable = False`."""
-    return getattr(exc, "retryable", True) is False
-
-
-def describe_error(exc: BaseException) -> str:
-    message = str(exc).strip()
-    if isinstance(exc, ServiceError) and message:
-        return message
-    return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-
-
-class _Dispatch:
-    """One `execute` call on its own daemon thread."""
-
-    def __init__(
-        self, handler: AnyHandler, item: Any, ctx: JobContext, on_done: Callable[[], None]
-    ):
-        self.result: Any = None
-        self.error: BaseException | None = None
-        self.done = False
-        self._handler, self._item, self._ctx = handler, item, ctx
-        self._on_done = on_done
-        # The dispatch logs under the job's log fields too (threads start with
-        # an empty context otherwise).
-        self._context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=self._context.run,
-            args=(self._run,),
-            name=f"dispatch-{ctx.lease.id}",
-            daemon=True,
-        )
-
-    def start(self) -> _Dispatch:
-        self._thread.start()
-        return self
-
-    def _run(self) -> None:
-        try:
-            self.result = self._handler.execute(self._item, self._ctx)
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.done = True
-            self._on_done()
+_QUEUED = frozenset({JobState.QUEUED})
+_EXECUTING = frozenset({JobState.EXECUTING})
 
 
 class Runner:
-    """Runs `workers` threads over `handlers` until `stop()`.
+    """Runs `handlers` on `workers` pool threads until `stop()`.
 
-    `start()` reclaims orphaned leases once and starts the threads;
-    `stop()` only sets an event: in-flight jobs are released at once (attempt
+    `start()` reclaims orphaned leases once and starts the threads; `stop()`
+    only sets an event: in-flight jobs are released at once (attempt
     refunded, `cancelled` published) without waiting for their dispatch;
     `join()` waits a bounded time for the threads to finish.
+
+    Keywords beyond DESIGN's:
+
+    - `lease_duration`: the lease window, renewed every third of it;
+    - `job_timeout`: seconds one `execute` may take before the attempt fails;
+    - `idle_poll`: seconds between lease attempts while the queue is empty
+      (the fallback when a wake-up is missed or `listen` is off);
+    - `listen`: keep one LISTEN connection for instant pickup (turn off
+      behind PgBouncer in transaction mode);
+    - `prefetch`: jobs leased beyond the free pool threads, waiting in the
+      runner (their leases renewed) so the next batch is ready; 0 for jobs
+      that take long, a few hundred for tiny ones;
+    - `ack_linger`, `ack_max_batch`: how long the acker gathers acks of
+      `writes_result = False` handlers, and how many at most per statement;
+    - `readiness`: a gate that must be open for leasing; `events`: where
+      started/completed/failed/cancelled go; `observer`: metrics hooks;
+      `reap_retention_days`: delete old done jobs hourly; `name`: thread names.
     """
 
     def __init__(
@@ -131,7 +103,7 @@ class Runner:
         engine: Engine,
         handlers: Sequence[AnyHandler],
         *,
-        workers: int = 2,
+        workers: int = 8,
         lease_duration: timedelta = timedelta(seconds=60),
         job_timeout: float = 600.0,
         idle_poll: float = 1.0,
@@ -140,27 +112,63 @@ class Runner:
         reap_retention_days: int = 0,
         name: str = "worker",
         observer: RunnerObserver | None = None,
+        listen: bool = True,
+        prefetch: int = 0,
+        ack_linger: float = 0.002,
+        ack_max_batch: int = 1000,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
+        if workers < 1 or prefetch < 0:
+            raise ValueError("workers must be at least 1 and prefetch at least 0")
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
         self.workers = workers
+        self.slots = workers + prefetch
         self.lease_duration = lease_duration
         self.job_timeout = job_timeout
         self.idle_poll = idle_poll
+        self.listen = listen
         self._readiness = readiness
-        self._events = events
         self._reap_retention_days = reap_retention_days
         self._name = name
-        self._observer = observer
         self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._wakers: set[threading.Event] = set()
-        self._threads: list[threading.Thread] = []
-        self._supervisor: threading.Thread | None = None
+        self._wake = threading.Event()
+        self._want_slot = False
+        self._outage = Outage()
+        self._jobs = InFlightJobs()
+        self._handoff: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
+        self._outcomes = Outcomes(engine, events, observer, self._stopping)
+        self._acker = Acker(
+            engine,
+            self._outage,
+            self._stopping,
+            self._acked,
+            linger=ack_linger,
+            max_batch=ack_max_batch,
+        )
+        self._heartbeat = Heartbeat(
+            engine,
+            self._jobs,
+            self._outage,
+            self._stopping,
+            lease_duration=lease_duration,
+            on_abandoned=self._abandoned,
+            on_timeout=self._timed_out,
+            on_lost=lambda job: self._outcomes.report_lease_lost(job, _label(job)),
+            on_released=lambda job, ok: self._outcomes.report_released(job, ok, _label(job)),
+            before_shutdown=self._wait_for_lease_loop,
+            on_tick=self._maybe_reap,
+        )
+        self._listener = WakeupListener(
+            engine, list(self._handlers), self._wake.set, self._stopping, self._outage
+        )
+        self._threads: dict[str, threading.Thread] = {}
+        self._pool: list[threading.Thread] = []
+        self._stuck: set[threading.Thread] = set()
+        self._last_reap = float("-inf")
         self.worker_deaths = 0
-        """Worker threads that died unexpectedly and were replaced."""
+        """Runner threads that died unexpectedly and were replaced."""
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -170,406 +178,308 @@ class Runner:
                 reclaim_orphaned(conn)
         except SQLAlchemyError as exc:
             logger.warning("could not reclaim orphaned jobs at start-up: %s", exc)
-        self._threads = [self._spawn(slot) for slot in range(self.workers)]
-        self._supervisor = threading.Thread(
-            target=self._supervise, name=f"{self._name}-supervisor", daemon=True
-        )
-        self._supervisor.start()
+        self._last_reap = time.monotonic() - REAP_EVERY_SECONDS
+        self._pool = [self._spawn_pool_thread(slot) for slot in range(self.workers)]
+        self._start_role("acker", self._acker.run)
+        self._start_role("heartbeat", self._heartbeat_main, restart_when_stopping=True)
+        if self.listen:
+            self._start_role("listener", self._listener.run)
+        self._start_role("lease", self._lease_main)
 
     def stop(self) -> None:
-        """Ask every worker to stop; returns at once."""
+        """Ask the runner to stop; returns at once."""
         self._stopping.set()
-        with self._lock:
-            for waker in self._wakers:
-                waker.set()
+        self._wake.set()
+        self._heartbeat.wake()
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Block until `stop()` was called (or `timeout` passes)."""
         return self._stopping.wait(timeout)
 
     def join(self, timeout: float = 10.0) -> bool:
-        """Wait up to `timeout` seconds for the worker threads; `True` if all ended."""
+        """Wait up to `timeout` seconds for the runner's threads; `True` if all ended.
+
+        Pool threads stuck in an abandoned dispatch are not waited for."""
         deadline = time.monotonic() + timeout
-        for thread in [*self._threads, *([self._supervisor] if self._supervisor else [])]:
+        for role in ("lease", "heartbeat", "acker", "listener"):
+            thread = self._threads.get(role)
+            if thread is not None:
+                thread.join(max(0.0, deadline - time.monotonic()))
+        live = self._live_pool()
+        for thread in live:
             thread.join(max(0.0, deadline - time.monotonic()))
-        alive = [thread.name for thread in self._threads if thread.is_alive()]
+        alive = [t.name for t in [*self._threads.values(), *live] if t.is_alive()]
         if alive:
-            logger.warning("worker threads still running after %.0f s: %s", timeout, alive)
+            logger.warning("runner threads still running after %.0f s: %s", timeout, alive)
         return not alive
 
-    def _spawn(self, slot: int) -> threading.Thread:
+    def _live_pool(self) -> list[threading.Thread]:
+        """Pool threads, less those stuck in an abandoned dispatch."""
+        return [thread for thread in self._pool if thread not in self._stuck]
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs leased and not yet finished or given up."""
+        return len(self._jobs)
+
+    @property
+    def listener(self) -> WakeupListener:
+        return self._listener
+
+    @property
+    def acker(self) -> Acker:
+        return self._acker
+
+    def _start_role(
+        self, role: str, target: Callable[[], None], *, restart_when_stopping: bool = False
+    ) -> None:
         thread = threading.Thread(
-            target=self._worker_main, name=f"{self._name}-{slot}", daemon=True
+            target=self._guarded,
+            args=(role, target, restart_when_stopping),
+            name=f"{self._name}-{role}",
+            daemon=True,
+        )
+        self._threads[role] = thread
+        thread.start()
+
+    def _guarded(self, role: str, target: Callable[[], None], restart_when_stopping: bool) -> None:
+        try:
+            target()
+        except BaseException:
+            self.worker_deaths += 1
+            logger.critical(
+                "%s thread %s died unexpectedly; starting a new one",
+                role,
+                threading.current_thread().name,
+                exc_info=True,
+            )
+            if self._stopping.is_set() and not restart_when_stopping:
+                return
+            self._stopping.wait(RESTART_DELAY_SECONDS)
+            self._start_role(role, target, restart_when_stopping=restart_when_stopping)
+
+    # --- the lease loop ----------------------------------------------------
+
+    def _lease_main(self) -> None:
+        session = DbSession(self._engine, self._outage, self._stopping)
+        kinds = list(self._handlers)
+        try:
+            while not self._stopping.is_set():
+                if self._readiness is not None and not self._readiness.wait_ready(self._stopping):
+                    return
+                self._wake.clear()
+                self._want_slot = True  # before counting: a slot freed from now on wakes us
+                free = self.slots - self._jobs.holding()
+                if free <= 0:
+                    self._wake.wait(self.idle_poll)
+                    continue
+                self._want_slot = False
+                try:
+                    batch = session.run(
+                        functools.partial(self._lease_and_load, kinds=kinds, limit=free)
+                    )
+                except DatabaseUnavailable:
+                    session.backoff()
+                    continue
+                if batch:
+                    self._dispatch(batch)
+                if len(batch) < free:  # the queue is drained: sleep until woken
+                    self._wake.wait(self.idle_poll)
+        finally:
+            session.close()
+
+    def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
+        leases = lease_kinds(conn, kinds, limit, self.lease_duration)
+        if not leases:
+            return []
+        try:
+            # One savepoint for the whole batch: a database error in one load
+            # must not undo the lease, and a savepoint per job would cost two
+            # round trips each on the hot path.
+            with conn.begin_nested():
+                return [self._load(conn, lease, isolated=False) for lease in leases]
+        except DBAPIError as exc:
+            if is_transient_db_error(exc):
+                raise
+            return [self._load(conn, lease, isolated=True) for lease in leases]
+
+    def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
+        handler = self._handlers[lease.payload.kind]
+        try:
+            if isolated:
+                with conn.begin_nested():
+                    item = handler.load(conn, lease)
+            else:
+                item = handler.load(conn, lease)
+        except DBAPIError as exc:
+            if not isolated:
+                raise  # the batch's savepoint is broken: load each job in its own
+            return self._load_failed(lease, handler, exc)
+        except Exception as exc:
+            return self._load_failed(lease, handler, exc)
+        return InFlight(lease, handler, item, nothing_to_do=item is None)
+
+    def _load_failed(self, lease: Lease, handler: AnyHandler, exc: Exception) -> InFlight:
+        with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
+            logger.error("job %s could not be loaded", lease.id, exc_info=exc)
+        return InFlight(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
+
+    def _dispatch(self, batch: list[InFlight]) -> None:
+        self._jobs.add(batch)
+        for job in batch:
+            if job.nothing_to_do and self._jobs.move(job, _QUEUED, JobState.FINISHING):
+                now = time.monotonic()
+                job.ctx = JobContext(job.lease, now, job.cancel, now, _label(job))
+                self._acker.put(job)
+            else:
+                self._handoff.put(job)
+
+    # --- the pool ----------------------------------------------------------
+
+    def _spawn_pool_thread(self, slot: int) -> threading.Thread:
+        thread = threading.Thread(
+            target=self._pool_main, args=(slot,), name=f"dispatch-{self._name}-{slot}", daemon=True
         )
         thread.start()
         return thread
 
-    def _supervise(self) -> None:
-        last_reap = time.monotonic() - REAP_EVERY_SECONDS
-        while not self._stopping.wait(SUPERVISE_SECONDS):
-            for slot, thread in enumerate(self._threads):
-                if not thread.is_alive() and not self._stopping.is_set():
-                    self.worker_deaths += 1
-                    logger.critical("worker thread %s is gone; starting a replacement", thread.name)
-                    self._threads[slot] = self._spawn(slot)
-            if self._reap_retention_days and time.monotonic() - last_reap >= REAP_EVERY_SECONDS:
-                last_reap = time.monotonic()
-                try:
-                    with self._engine.begin() as conn:
-                        reaped = reap_done(conn, self._reap_retention_days)
-                    if reaped:
-                        logger.info(
-                            "deleted %d done job(s) older than %d days",
-                            reaped,
-                            self._reap_retention_days,
-                        )
-                except SQLAlchemyError as exc:
-                    logger.warning("could not reap done jobs: %s", exc)
-
-    # --- the worker loop ---------------------------------------------------
-
-    def _worker_main(self) -> None:
-        try:
-            self._worker_loop()
-        except BaseException:
-            # Not re-raised: the supervisor notices the thread is gone and replaces it.
-            logger.critical(
-                "worker thread %s died unexpectedly; the supervisor will replace it",
-                threading.current_thread().name,
-                exc_info=True,
-            )
-
-    def _worker_loop(self) -> None:
-        kinds = list(self._handlers)
-        db_failures = 0
-        while not self._stopping.is_set():
-            if self._readiness is not None and not self._readiness.wait_ready(self._stopping):
+    def _pool_main(self, slot: int) -> None:
+        me = threading.current_thread()
+        while True:
+            job = self._handoff.get()
+            if job is None:
                 return
             try:
-                with self._engine.begin() as conn:
-                    leases = lease_kinds(conn, kinds, 1, self.lease_duration)
-                db_failures = 0
-            except SQLAlchemyError as exc:
-                db_failures += 1
-                delay = min(DB_RETRY_MAX_SECONDS, 0.5 * 2 ** min(db_failures, 6))
-                logger.warning("could not lease jobs (%s); retrying in %.1f s", _short(exc), delay)
-                self._stopping.wait(delay)
-                continue
-            if not leases:
-                self._stopping.wait(self.idle_poll)
-                continue
-            self.process(leases[0])
+                self._run_job(job, slot)
+            except BaseException:
+                logger.critical("pool thread %s: unexpected error", me.name, exc_info=True)
+                self._jobs.remove(job)
+            if me in self._stuck:
+                return  # replaced while stuck in an abandoned dispatch
 
-    def process(self, lease: Lease) -> None:
-        """Run one leased job to its end: done, failed, released or discarded."""
-        with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
-            self._process(lease)
-
-    def _process(self, lease: Lease) -> None:
-        handler = self._handlers[lease.payload.kind]
-        label = f"job {lease.id}"
+    def _run_job(self, job: InFlight, slot: int) -> None:
+        handler, lease = job.handler, job.lease
+        label = _label(job)
+        if job.load_error is None:
+            try:
+                label = f"job {lease.id} ({handler.describe(job.item)})"
+                job.breadcrumb = handler.breadcrumb(job.item)
+            except Exception:
+                logger.exception("%s: no breadcrumb; events suppressed for this job", label)
         started = time.monotonic()
-        ctx = JobContext(lease, started + self.job_timeout, threading.Event(), started, label)
-        try:
-            with self._engine.begin() as conn:
-                item = handler.load(conn, lease)
-        except Exception as exc:
-            logger.exception("%s could not be loaded", label)
-            self._fail(
-                handler,
-                None,
-                ctx,
-                None,
-                f"could not load job: {describe_error(exc)}",
-                permanent=False,
-            )
-            return
-        if item is None:
-            self._ack_nothing_to_do(lease, label)
-            self._observe(ctx, "done")
-            return
-
-        label = f"job {lease.id} ({handler.describe(item)})"
-        ctx = dataclasses.replace(ctx, label=label)
-        breadcrumb = self._breadcrumb(handler, item, label)
-        with job_log_context(page_id=_log_field(breadcrumb, "page_id")):
-            self._run_loaded(handler, item, ctx, breadcrumb)
-
-    def _run_loaded(
-        self,
-        handler: AnyHandler,
-        item: Any,
-        ctx: JobContext,
-        breadcrumb: Mapping[str, Any] | None,
-    ) -> None:
-        lease, label = ctx.lease, ctx.label
-        self._publish("started", lease, breadcrumb, attempt=lease.attempts)
-        logger.info("%s started, attempt %d/%d", label, lease.attempts, lease.max_attempts)
-
-        wake = threading.Event()
-        with self._lock:
-            self._wakers.add(wake)
-        heartbeat = self._heartbeat(lease, wake, label)
-        dispatch = _Dispatch(handler, item, ctx, wake.set).start()
-        try:
-            while True:
-                wake.clear()
-                if dispatch.done:
-                    break
-                if self._stopping.is_set():
-                    ctx.cancel.set()
-                    if self._release_on_shutdown(lease, breadcrumb, label):
-                        self._observe(ctx, "released")
-                    return
-                if heartbeat.lost:
-                    ctx.cancel.set()
-                    self._notify_observer("lease_lost", lease.payload.kind)
-                    logger.warning("%s: lease lost mid-dispatch; result discarded", label)
-                    return
-                if heartbeat.died is not None:
-                    logger.critical("%s: heartbeat thread died; starting a new one", label)
-                    heartbeat = self._heartbeat(lease, wake, label)
-                remaining = ctx.deadline - time.monotonic()
-                if remaining <= 0:
-                    ctx.cancel.set()
-                    self._fail(
-                        handler, item, ctx, breadcrumb, handler.timeout_message, permanent=False
-                    )
-                    return
-                wake.wait(remaining)
-        finally:
-            heartbeat.stop()
-            with self._lock:
-                self._wakers.discard(wake)
-
-        if dispatch.error is not None:
-            error = dispatch.error
-            if isinstance(error, DispatchTimeout):
-                message = handler.timeout_message
-            else:
-                message = describe_error(error)
-            if not isinstance(error, ServiceError):
-                logger.error("%s: unexpected error in dispatch", label, exc_info=error)
-            self._fail(handler, item, ctx, breadcrumb, message, permanent=is_permanent(error))
-            return
-        self._complete(handler, item, ctx, breadcrumb, dispatch.result)
-
-    # --- outcomes ----------------------------------------------------------
-
-    def _complete(
-        self,
-        handler: AnyHandler,
-        item: Any,
-        ctx: JobContext,
-        breadcrumb: Mapping[str, Any] | None,
-        result: Any,
-    ) -> None:
-        def write() -> bool:
-            with self._engine.begin() as conn:
-                if not holds(conn, ctx.lease):
-                    return False
-                handler.save(conn, item, result, ctx)
-                return ack_done(conn, ctx.lease)
-
-        try:
-            written = self._with_db_retry(write, ctx.label)
-        except Exception as exc:
-            if is_transient_db_error(exc):
-                logger.error(
-                    "%s: could not record the result (%s); the lease will expire and "
-                    "the job will run again",
-                    ctx.label,
-                    _short(exc),
-                )
+        ctx = JobContext(lease, started + self.job_timeout, job.cancel, started, label)
+        job.ctx, job.slot = ctx, slot
+        if not self._jobs.move(job, _QUEUED, JobState.EXECUTING):
+            return  # released on shutdown before it started
+        if ctx.deadline < self._heartbeat.wake_at:
+            self._heartbeat.wake()
+        with job_log_context(**job_fields(job)):
+            if job.load_error is not None:
+                if self._finishing(job):
+                    self._outcomes.fail(job, ctx, job.load_error, permanent=False)
+                    self._jobs.remove(job)
                 return
-            logger.exception("%s: saving the result failed", ctx.label)
-            self._fail(
-                handler,
-                item,
-                ctx,
-                breadcrumb,
-                f"could not save result: {describe_error(exc)}",
-                permanent=False,
-            )
-            return
-        if not written:
-            logger.warning("%s: lease no longer current; result discarded", ctx.label)
-            return
-        duration_ms = ctx.elapsed_ms()
-        self._observe(ctx, "done")
-        logger.info(
-            "%s completed in %d ms", ctx.label, duration_ms, extra={"duration_ms": duration_ms}
-        )
-        self._publish(
-            "completed", ctx.lease, breadcrumb, attempt=ctx.lease.attempts, duration_ms=duration_ms
-        )
+            self._outcomes.publish("started", job, attempt=lease.attempts)
+            logger.info("%s started, attempt %d/%d", label, lease.attempts, lease.max_attempts)
+            error: BaseException | None = None
+            result: Any = None
+            try:
+                result = handler.execute(job.item, ctx)
+            except BaseException as exc:
+                error = exc
+            if not self._finishing(job):
+                logger.info("%s: dispatch ended after the job was given up; discarded", label)
+                return
+            if error is not None:
+                self._failed(job, ctx, error)
+            elif handler.writes_result:
+                self._outcomes.complete(job, ctx, result)
+            else:
+                self._acker.put(job)
+                return
+            self._jobs.remove(job)
 
-    def _fail(
-        self,
-        handler: AnyHandler,
-        item: Any,
-        ctx: JobContext,
-        breadcrumb: Mapping[str, Any] | None,
-        error: str,
-        *,
-        permanent: bool,
-    ) -> None:
-        lease = ctx.lease
-        terminal = permanent or lease.attempts >= lease.max_attempts
-
-        def write() -> bool:
-            with self._engine.begin() as conn:
-                if not holds(conn, lease):
-                    return False
-                if terminal and item is not None:
-                    handler.save_failure(conn, item, error, ctx)
-                if permanent:
-                    return ack_dead(conn, lease, error)
-                return ack_failed(conn, lease, error)
-
-        try:
-            written = self._with_db_retry(write, ctx.label)
-        except Exception as exc:
-            logger.error(
-                "%s failed (%s) and the failure could not be recorded (%s); the lease "
-                "will expire and the job will run again",
-                ctx.label,
-                error,
-                _short(exc),
-            )
-            return
-        if not written:
-            logger.warning(
-                "%s failed (%s) after its lease was lost; nothing recorded", ctx.label, error
-            )
-            return
-        self._observe(ctx, "dead" if terminal else "failed")
-        if terminal:
-            reason = "a permanent error" if permanent else "its last attempt"
-            logger.error(
-                "%s failed on attempt %d/%d with %s; moved to dead: %s",
-                ctx.label,
-                lease.attempts,
-                lease.max_attempts,
-                reason,
-                error,
-            )
-        else:
-            logger.warning(
-                "%s failed on attempt %d/%d; will retry after backoff: %s",
-                ctx.label,
-                lease.attempts,
-                lease.max_attempts,
-                error,
-            )
-        self._publish(
-            "failed",
-            lease,
-            breadcrumb,
-            attempt=lease.attempts,
-            max_attempts=lease.max_attempts,
-            will_retry=not terminal,
-            error=error,
-        )
-
-    def _release_on_shutdown(
-        self, lease: Lease, breadcrumb: Mapping[str, Any] | None, label: str
-    ) -> bool:
-        try:
-            with self._engine.begin() as conn:
-                released = release(conn, lease)
-        except SQLAlchemyError as exc:
-            logger.error(
-                "%s: could not release on shutdown (%s); its lease will expire and "
-                "it will be reclaimed",
-                label,
-                _short(exc),
-            )
+    def _finishing(self, job: InFlight) -> bool:
+        if not self._jobs.move(job, _EXECUTING, JobState.FINISHING):
             return False
-        if released:
-            logger.info("%s released on shutdown (attempt refunded)", label)
-            self._publish("cancelled", lease, breadcrumb, attempt=lease.attempts)
-        return released
+        if self._want_slot:
+            self._wake.set()
+        return True
 
-    def _ack_nothing_to_do(self, lease: Lease, label: str) -> None:
+    def _failed(self, job: InFlight, ctx: JobContext, error: BaseException) -> None:
+        if isinstance(error, DispatchTimeout):
+            message = job.handler.timeout_message
+        else:
+            message = describe_error(error)
+        if not isinstance(error, ServiceError):
+            logger.error("%s: unexpected error in dispatch", ctx.label, exc_info=error)
+        self._outcomes.fail(job, ctx, message, permanent=is_permanent(error))
+
+    def _acked(self, job: InFlight, written: bool) -> None:
+        try:
+            with job_log_context(**job_fields(job)):
+                if job.ctx is not None:
+                    self._outcomes.report_done(job, job.ctx, written)
+        except Exception:
+            logger.exception("could not report the ack of job %s", job.lease.id)
+        finally:
+            self._jobs.remove(job)
+
+    # --- called by the heartbeat -------------------------------------------
+
+    def _abandoned(self, job: InFlight, was: JobState) -> None:
+        if was is JobState.EXECUTING:
+            # Its pool thread is stuck in `execute`: a new one takes the slot
+            # (unless the pool is closing), and nobody waits for the old one.
+            self._stuck.add(self._pool[job.slot])
+            if not self._stopping.is_set():
+                self._pool[job.slot] = self._spawn_pool_thread(job.slot)
+        if self._want_slot:
+            self._wake.set()
+
+    def _timed_out(self, job: InFlight) -> None:
+        assert job.ctx is not None
+        with job_log_context(**job_fields(job)):
+            self._outcomes.fail(job, job.ctx, job.handler.timeout_message, permanent=False)
+
+    def _wait_for_lease_loop(self) -> None:
+        thread = self._threads.get("lease")
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(SHUTDOWN_JOIN_SECONDS)
+
+    def _heartbeat_main(self) -> None:
+        self._heartbeat.run()
+        if not self._stopping.is_set():
+            return
+        # Shutdown: jobs already writing their outcome finish; then the acker
+        # writes what it holds and ends.
+        live = self._live_pool()
+        for _ in live:
+            self._handoff.put(None)
+        deadline = time.monotonic() + SHUTDOWN_JOIN_SECONDS
+        for thread in live:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        self._acker.close()
+
+    def _maybe_reap(self) -> None:
+        if not self._reap_retention_days:
+            return
+        if time.monotonic() - self._last_reap < REAP_EVERY_SECONDS:
+            return
+        self._last_reap = time.monotonic()
         try:
             with self._engine.begin() as conn:
-                if holds(conn, lease):
-                    ack_done(conn, lease)
+                reaped = reap_done(conn, self._reap_retention_days)
+            if reaped:
+                logger.info(
+                    "deleted %d done job(s) older than %d days", reaped, self._reap_retention_days
+                )
         except SQLAlchemyError as exc:
-            logger.warning("%s: could not ack (%s); the lease will expire", label, _short(exc))
-
-    # --- helpers -----------------------------------------------------------
-
-    def _heartbeat(self, lease: Lease, wake: threading.Event, label: str) -> Heartbeat:
-        return Heartbeat(
-            self._engine,
-            lease,
-            lease_duration=self.lease_duration,
-            interval=self.lease_duration.total_seconds() / 3,
-            on_change=wake.set,
-            job_label=label,
-        ).start()
-
-    def _sleep(self, seconds: float) -> None:
-        # Waits between database retries end early on shutdown.
-        self._stopping.wait(seconds)
-
-    def _with_db_retry(self, write: Callable[[], T], label: str) -> T:
-        """Retry a short transaction through a dropped connection or a restart."""
-        for attempt in Retrying(
-            retry=retry_if_exception(is_transient_db_error),
-            stop=stop_after_attempt(4),
-            wait=wait_exponential(multiplier=0.25, max=2.0),
-            sleep=self._sleep,
-            reraise=True,
-            before_sleep=lambda state: logger.warning(
-                "%s: database unavailable (%s); retrying",
-                label,
-                _short(state.outcome.exception()) if state.outcome else "?",
-            ),
-        ):
-            with attempt:
-                return write()
-        raise AssertionError("unreachable")  # pragma: no cover
-
-    def _observe(self, ctx: JobContext, outcome: str) -> None:
-        elapsed = time.monotonic() - ctx.started_at
-        self._notify_observer("job_finished", ctx.lease.payload.kind, outcome, elapsed)
-
-    def _notify_observer(self, method: str, *args: Any) -> None:
-        if self._observer is None:
-            return
-        try:
-            getattr(self._observer, method)(*args)
-        except Exception:
-            logger.exception("runner observer failed in %s", method)
-
-    def _breadcrumb(self, handler: AnyHandler, item: Any, label: str) -> Mapping[str, Any] | None:
-        try:
-            return handler.breadcrumb(item)
-        except Exception:
-            logger.exception("%s: no breadcrumb; events suppressed for this job", label)
-            return None
-
-    def _publish(
-        self, event_type: str, lease: Lease, breadcrumb: Mapping[str, Any] | None, **details: Any
-    ) -> None:
-        if self._events is None or breadcrumb is None:
-            return
-        try:
-            self._events.publish(JobEvent(event_type, lease.id, breadcrumb, details))
-        except Exception:
-            logger.exception("could not publish %s for job %s", event_type, lease.id)
+            logger.warning("could not reap done jobs: %s", exc)
 
 
-def _log_field(breadcrumb: Mapping[str, Any] | None, key: str) -> str | None:
-    value = breadcrumb.get(key) if breadcrumb else None
-    return None if value is None else str(value)
+def _label(job: InFlight) -> str:
+    return job.ctx.label if job.ctx is not None else f"job {job.lease.id}"
 
 
-def _short(exc: BaseException | None) -> str:
-    if exc is None:
-        return "?"
-    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
+__all__ = ["DatabaseUnavailable", "Runner", "is_transient_db_error"]

@@ -1,0 +1,45 @@
+"""A handler that does nothing, for any job kind: for benchmarks, and for hosts'
+tests that need jobs of a kind to be taken and acked through the real runner."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy import Connection
+
+from app.queue.jobs import Lease
+from app.worker.handler import JobContext
+
+
+class NoopHandler:
+    """Takes jobs of `kind` and acks them done (in batches: it writes nothing).
+
+    `calls` counts the `execute` calls. It runs through exactly the code path
+    of every other handler: lease, load, execute on a pool thread, ack.
+    """
+
+    writes_result = False
+    timeout_message = "no-op dispatch timed out"
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.calls = 0
+
+    def load(self, conn: Connection, lease: Lease) -> Lease:
+        return lease
+
+    def describe(self, item: Lease) -> str:
+        return self.kind
+
+    def breadcrumb(self, item: Lease) -> Mapping[str, Any] | None:
+        return None
+
+    def execute(self, item: Lease, ctx: JobContext) -> None:
+        self.calls += 1  # not atomic across threads; a count for tests that run one at a time
+
+    def save(self, conn: Connection, item: Lease, result: None, ctx: JobContext) -> None:
+        raise AssertionError("writes_result is False: save is never called")
+
+    def save_failure(self, conn: Connection, item: Lease, error: str, ctx: JobContext) -> None:
+        return None

@@ -1,0 +1,99 @@
+"""Instant pickup: one listening connection per runner.
+
+Migration 0003 makes inserts of due jobs (and jobs moved back to pending)
+`NOTIFY crawler_jobs_wakeup` with their kinds, delivered at commit. The
+listener holds one autocommit psycopg connection doing `LISTEN` and wakes
+the idle lease loop as soon as a notification names a kind the runner
+handles. Polling stays the fallback: a lost notification costs at most one
+`idle_poll`. If the connection dies, the listener reconnects (at once the
+first time, then with capped backoff) and wakes the lease loop once, for
+whatever was committed while it was away.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine
+
+from app.queue.jobs import WAKEUP_CHANNEL
+from app.worker.dbsession import DB_RETRY_FIRST_SECONDS, DB_RETRY_MAX_SECONDS, Outage
+
+logger = logging.getLogger(__name__)
+
+CHECK_STOP_SECONDS = 0.5
+"""How long one wait for notifications lasts before the stop flag is checked."""
+
+
+def listen_connect_args(engine: Engine) -> tuple[list[Any], dict[str, Any]]:
+    """The psycopg connect arguments the engine itself would use."""
+    args, kwargs = engine.dialect.create_connect_args(engine.url)
+    return list(args), dict(kwargs)
+
+
+class WakeupListener:
+    def __init__(
+        self,
+        engine: Engine,
+        kinds: Collection[str],
+        on_wake: Callable[[], None],
+        stopping: threading.Event,
+        outage: Outage,
+        *,
+        channel: str = WAKEUP_CHANNEL,
+    ) -> None:
+        self._connect_args = listen_connect_args(engine)
+        self._kinds = frozenset(kinds)
+        self._on_wake = on_wake
+        self._stopping = stopping
+        self._outage = outage
+        self._channel = channel
+        self.connections = 0
+        """Connections made so far (tests watch it to see a reconnect)."""
+        self.listening = threading.Event()
+        """Set while LISTEN is in effect."""
+
+    def run(self) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            established = False
+            try:
+                with self._connect() as conn:
+                    established = True
+                    if self.connections > 1:
+                        self._on_wake()  # notifications may have been missed meanwhile
+                    self._outage.recovered()
+                    failures = 0
+                    self._listen(conn)
+                    return
+            except psycopg.Error as exc:
+                self.listening.clear()
+                if self._stopping.is_set():
+                    return
+                if established:
+                    logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
+                    continue
+                failures += 1
+                self._outage.failed(exc)
+                delay = min(DB_RETRY_MAX_SECONDS, DB_RETRY_FIRST_SECONDS * 2 ** min(failures, 8))
+                self._stopping.wait(delay)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        args, kwargs = self._connect_args
+        conn = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+        self.connections += 1
+        conn.execute(f'LISTEN "{self._channel}"')
+        self.listening.set()
+        return conn
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        kinds = self._kinds
+        while not self._stopping.is_set():
+            for notify in conn.notifies(timeout=CHECK_STOP_SECONDS):
+                payload = notify.payload
+                if not payload or not kinds.isdisjoint(payload.split(",")):
+                    self._on_wake()
