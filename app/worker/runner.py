@@ -169,6 +169,8 @@ class Runner:
         self._last_reap = float("-inf")
         self.worker_deaths = 0
         """Runner threads that died unexpectedly and were replaced."""
+        self.lease_rounds = 0
+        """Lease statements run so far (tests synchronise on it)."""
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -281,6 +283,7 @@ class Runner:
                 except DatabaseUnavailable:
                     session.backoff()
                     continue
+                self.lease_rounds += 1
                 if batch:
                     self._dispatch(batch)
                 if len(batch) < free:  # the queue is drained: sleep until woken

@@ -1,0 +1,329 @@
+"""The runner's batched paths through a real Postgres, with handlers that do
+nothing (`NoopHandler`) or hold their dispatch until told: batched acks,
+renewals and shutdown releases with a stale lease inside the batch, the
+fixed pool, the wake-up listener, and exactly-once across runners."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Engine, event, text
+
+from app.queue import KIND_SYNC_MANGA, SyncManga, enqueue, enqueue_many, lease, release_unowned
+from app.queue.jobs import Lease
+from app.worker import JobContext, NoopHandler, Runner
+from app.worker.events import EventBus, JobEvent
+from tests.helpers import count, job_row, wait_until
+
+LONG = timedelta(minutes=5)
+
+
+class Recorder:
+    """Observer and event subscriber in one."""
+
+    def __init__(self) -> None:
+        self.finished: list[tuple[str, str]] = []
+        self.lost: list[str] = []
+        self.events: list[JobEvent] = []
+        self.lock = threading.Lock()
+
+    def job_finished(self, kind: str, outcome: str, duration_seconds: float) -> None:
+        with self.lock:
+            self.finished.append((kind, outcome))
+
+    def lease_lost(self, kind: str) -> None:
+        with self.lock:
+            self.lost.append(kind)
+
+    def __call__(self, event: JobEvent) -> None:
+        with self.lock:
+            self.events.append(event)
+
+    def outcomes(self) -> Counter[str]:
+        with self.lock:
+            return Counter(outcome for _, outcome in self.finished)
+
+
+class HoldingHandler(NoopHandler):
+    """Holds every dispatch until `release` is set (or its job is cancelled);
+    `before_return(lease)` runs as a dispatch ends. Writes nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(KIND_SYNC_MANGA)
+        self.release = threading.Event()
+        self.started: dict[uuid.UUID, JobContext] = {}
+        self.threads: set[threading.Thread] = set()
+        self.max_threads = 0
+        self.lock = threading.Lock()
+        self.before_return: Any = None
+
+    def breadcrumb(self, item: Lease) -> Mapping[str, Any] | None:
+        return {"source_manga_key": item.payload.source_manga_key}  # type: ignore[union-attr]
+
+    def execute(self, item: Lease, ctx: JobContext) -> None:
+        with self.lock:
+            self.started[item.id] = ctx
+            self.threads.add(threading.current_thread())
+            self.max_threads = max(self.max_threads, threading.active_count())
+        while not self.release.is_set() and not ctx.cancel.is_set():
+            self.release.wait(0.02)
+        if self.before_return is not None:
+            self.before_return(item)
+
+
+@contextmanager
+def running(engine: Engine, handler: Any, **options: Any) -> Iterator[tuple[Runner, Recorder]]:
+    recorder = Recorder()
+    bus = EventBus()
+    bus.subscribe(recorder)
+    options.setdefault("idle_poll", 0.05)
+    runner = Runner(engine, [handler], events=bus, observer=recorder, **options)
+    runner.start()
+    try:
+        yield runner, recorder
+    finally:
+        runner.stop()
+        assert runner.join(10), "runner did not stop within 10 s"
+
+
+def fill(engine: Engine, n: int, prefix: str = "") -> list[uuid.UUID]:
+    with engine.begin() as conn:
+        ids = enqueue_many(
+            conn, [SyncManga(source_id="s", source_manga_key=f"{prefix}{i}") for i in range(n)]
+        )
+    return [job_id for job_id in ids if job_id is not None]
+
+
+def steal(engine: Engine, job_id: uuid.UUID) -> Lease:
+    """Another worker takes the job over (as after an expired lease)."""
+    with engine.begin() as conn:
+        assert release_unowned(conn, job_id)
+        (thief,) = lease(conn, KIND_SYNC_MANGA, 1, LONG)
+    assert thief.id == job_id
+    return thief
+
+
+@contextmanager
+def statements_like(engine: Engine, fragment: str) -> Iterator[list[str]]:
+    seen: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if fragment in statement:
+            seen.append(statement)
+
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+
+
+def test_noop_jobs_are_acked_in_batches_exactly_once(engine):
+    ids = fill(engine, 300)
+    handler = NoopHandler(KIND_SYNC_MANGA)
+    with running(engine, handler, workers=4, prefetch=20) as (runner, recorder):
+        wait_until(lambda: recorder.outcomes()["done"] == 300, timeout=30)
+        assert runner.acker.batches < 300  # acks shared statements
+    assert handler.calls == 300
+    assert count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done'") == 300
+    assert count(engine, "SELECT max(attempts) FROM crawler_jobs") == 1
+    assert len(ids) == 300
+
+
+def test_a_stale_lease_inside_an_ack_batch_changes_only_its_own_row(engine):
+    ids = fill(engine, 3)
+    handler = HoldingHandler()
+    thieves: dict[uuid.UUID, Lease] = {}
+
+    def steal_the_middle_one(item: Lease) -> None:
+        if item.id == ids[1]:
+            thieves[item.id] = steal(engine, item.id)
+
+    handler.before_return = steal_the_middle_one
+    with (
+        statements_like(engine, "state = 'done'") as acks,
+        running(engine, handler, workers=3, ack_linger=1.0) as (runner, recorder),
+    ):
+        wait_until(lambda: len(handler.started) == 3)
+        handler.release.set()
+        wait_until(lambda: runner.in_flight == 0)
+    assert len(acks) == 1, "the three acks were not one statement"
+    with engine.connect() as conn:
+        assert job_row(conn, ids[0]).state == "done"
+        assert job_row(conn, ids[2]).state == "done"
+        stolen = job_row(conn, ids[1])
+    assert stolen.state == "running" and stolen.lease_generation == thieves[ids[1]].lease_generation
+    assert recorder.outcomes() == Counter({"done": 2})
+    completed = {event.job_id for event in recorder.events if event.type == "completed"}
+    assert completed == {ids[0], ids[2]}
+
+
+def test_one_heartbeat_renews_every_lease_and_a_lost_one_cancels_only_its_job(engine):
+    ids = fill(engine, 3)
+    handler = HoldingHandler()
+    short = timedelta(seconds=0.9)
+    with (
+        statements_like(engine, "leased_until = now() +") as renewals,
+        running(engine, handler, workers=3, lease_duration=short) as (runner, recorder),
+    ):
+        wait_until(lambda: len(handler.started) == 3)
+        with engine.connect() as conn:
+            first = {job_id: job_row(conn, job_id).leased_until for job_id in ids}
+        thief = steal(engine, ids[1])
+        wait_until(lambda: recorder.lost == [KIND_SYNC_MANGA], timeout=5)
+        assert handler.started[ids[1]].cancel.is_set()
+        assert not handler.started[ids[0]].cancel.is_set()
+        assert not handler.started[ids[2]].cancel.is_set()
+        with engine.connect() as conn:
+            for job_id in (ids[0], ids[2]):
+                wait_until(lambda j=job_id: job_row(conn, j).leased_until > first[j])
+        handler.release.set()
+        wait_until(lambda: runner.in_flight == 0)
+    renews = [s for s in renewals if "unnest" in s]
+    assert renews, "no batched renew"
+    # One statement per beat for all leases: never one per job.
+    assert all("lease_generation = v.generation" in s for s in renews)
+    with engine.connect() as conn:
+        stolen = job_row(conn, ids[1])
+        assert job_row(conn, ids[0]).state == "done" and job_row(conn, ids[2]).state == "done"
+    assert stolen.state == "running" and stolen.lease_generation == thief.lease_generation
+    assert recorder.outcomes() == Counter({"done": 2})
+
+
+def test_shutdown_releases_all_in_one_statement_and_skips_a_stale_lease(engine):
+    ids = fill(engine, 3)
+    handler = HoldingHandler()
+    with (
+        statements_like(engine, "state = 'pending', attempts = greatest") as releases,
+        running(engine, handler, workers=3) as (runner, recorder),
+    ):
+        wait_until(lambda: len(handler.started) == 3)
+        thief = steal(engine, ids[1])
+        started = time.monotonic()
+        runner.stop()
+        assert runner.join(5), "in-flight jobs were waited for"
+        assert time.monotonic() - started < 5
+    assert len(releases) == 1
+    with engine.connect() as conn:
+        for job_id in (ids[0], ids[2]):
+            row = job_row(conn, job_id)
+            assert row.state == "pending" and row.attempts == 0 and row.lease_generation == 2
+        stolen = job_row(conn, ids[1])
+    assert stolen.state == "running" and stolen.lease_generation == thief.lease_generation
+    assert recorder.outcomes() == Counter({"released": 2})
+    cancelled = {event.job_id for event in recorder.events if event.type == "cancelled"}
+    assert cancelled == {ids[0], ids[2]}
+    assert all(ctx.cancel.is_set() for ctx in handler.started.values())
+
+
+def test_the_pool_has_a_fixed_number_of_threads(engine):
+    fill(engine, 200)
+    baseline = threading.active_count()
+    handler = HoldingHandler()
+    handler.release.set()  # jobs end at once: 200 go through 4 threads
+    with running(engine, handler, workers=4, prefetch=8) as (_runner, recorder):
+        wait_until(lambda: recorder.outcomes()["done"] == 200, timeout=30)
+    assert len(handler.started) == 200
+    assert len(handler.threads) == 4
+    # 4 pool threads + lease loop, heartbeat, acker, listener: nothing per job.
+    assert handler.max_threads <= baseline + 4 + 4
+
+
+def test_a_dispatch_past_its_deadline_fails_and_its_thread_is_replaced(engine):
+    (stuck,) = fill(engine, 1, "stuck")
+    handler = HoldingHandler()
+    gate = threading.Event()
+
+    def ignore_cancel(item: Lease, ctx: JobContext) -> None:
+        # A call that does not listen to the cancel event (a network read).
+        with handler.lock:
+            handler.started[item.id] = ctx
+            handler.threads.add(threading.current_thread())
+        if item.id == stuck:
+            gate.wait(10)
+
+    handler.execute = ignore_cancel  # type: ignore[method-assign]
+    try:
+        with running(engine, handler, workers=1, job_timeout=0.5) as (_runner, recorder):
+            wait_until(lambda: recorder.outcomes()["failed"] == 1, timeout=10)
+            (after,) = fill(engine, 1, "after")
+            wait_until(lambda: recorder.outcomes()["done"] == 1, timeout=10)
+    finally:
+        gate.set()
+    with engine.connect() as conn:
+        row = job_row(conn, stuck)
+    assert row.state == "pending" and row.last_error == handler.timeout_message
+    assert after in handler.started
+    assert len(handler.threads) == 2  # the stuck one and its replacement
+
+
+def test_an_idle_runner_wakes_on_commit_long_before_its_poll(engine):
+    handler = HoldingHandler()
+    handler.release.set()
+    with running(engine, handler, workers=2, idle_poll=30.0) as (runner, _):
+        assert runner.listener.listening.wait(10)
+        wait_until(lambda: runner.lease_rounds >= 1)  # it has found the queue empty
+        with engine.begin() as conn:
+            job_id = enqueue(conn, SyncManga(source_id="s", source_manga_key="now"))
+        committed = time.monotonic()
+        wait_until(lambda: job_id in handler.started, timeout=10, interval=0.005)
+        assert handler.started[job_id].started_at - committed < 5.0  # the poll: 30 s
+
+
+def test_with_listen_off_the_runner_polls(engine):
+    handler = HoldingHandler()
+    handler.release.set()
+    with running(engine, handler, workers=1, idle_poll=0.1, listen=False) as (runner, _):
+        wait_until(lambda: runner.lease_rounds >= 1)
+        with engine.begin() as conn:
+            job_id = enqueue(conn, SyncManga(source_id="s", source_manga_key="poll"))
+        wait_until(lambda: job_id in handler.started, timeout=10)
+        assert runner.listener.connections == 0
+    assert count(engine, "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'") == 0
+
+
+def test_the_listener_survives_its_backend_being_terminated(engine):
+    handler = HoldingHandler()
+    handler.release.set()
+    with running(engine, handler, workers=1, idle_poll=30.0) as (runner, _):
+        assert runner.listener.listening.wait(10)
+        with engine.connect() as conn:
+            terminated = conn.execute(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE 'LISTEN%'"
+                )
+            ).scalar_one()
+        assert terminated == 1
+        wait_until(lambda: runner.listener.connections >= 2 and runner.listener.listening.is_set())
+        with engine.begin() as conn:
+            job_id = enqueue(conn, SyncManga(source_id="s", source_manga_key="after"))
+        committed = time.monotonic()
+        wait_until(lambda: job_id in handler.started, timeout=10, interval=0.005)
+        assert handler.started[job_id].started_at - committed < 5.0
+
+
+def test_two_runners_run_every_job_exactly_once(engine):
+    ids = fill(engine, 1000)
+    seen: Counter[uuid.UUID] = Counter()
+    lock = threading.Lock()
+
+    class Counting(NoopHandler):
+        def execute(self, item: Lease, ctx: JobContext) -> None:
+            with lock:
+                seen[item.id] += 1
+
+    with (
+        running(engine, Counting(KIND_SYNC_MANGA), workers=4, prefetch=16) as (_, first),
+        running(engine, Counting(KIND_SYNC_MANGA), workers=4, prefetch=16) as (_, second),
+    ):
+        wait_until(lambda: first.outcomes()["done"] + second.outcomes()["done"] == 1000, 60)
+    assert set(seen) == set(ids) and max(seen.values()) == 1
+    assert count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done'") == 1000
