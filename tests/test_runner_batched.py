@@ -327,3 +327,24 @@ def test_two_runners_run_every_job_exactly_once(engine):
         wait_until(lambda: first.outcomes()["done"] + second.outcomes()["done"] == 1000, 60)
     assert set(seen) == set(ids) and max(seen.values()) == 1
     assert count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done'") == 1000
+
+
+def test_a_load_that_breaks_the_transaction_fails_only_its_own_job(engine, caplog):
+    ids = fill(engine, 5)
+    bad = ids[2]
+
+    class Loading(NoopHandler):
+        def load(self, conn: Any, lease: Lease) -> Lease:
+            if lease.id == bad:
+                conn.execute(text("SELECT 1 / 0"))  # a database error mid-batch
+            conn.execute(text("SELECT 1"))
+            return lease
+
+    with running(engine, Loading(KIND_SYNC_MANGA), workers=2, prefetch=8) as (_, recorder):
+        wait_until(lambda: recorder.outcomes() == Counter({"done": 4, "failed": 1}), timeout=15)
+    with engine.connect() as conn:
+        row = job_row(conn, bad)
+        assert row.state == "pending" and row.attempts == 1
+        assert "could not load job" in row.last_error and "division by zero" in row.last_error
+        assert all(job_row(conn, job_id).state == "done" for job_id in ids if job_id != bad)
+    assert "each load in its own savepoint" in caplog.text

@@ -23,6 +23,25 @@ from app.queue.jobs import Lease
 from app.worker.handler import JobContext, JobHandler
 
 
+class CancelEvent(threading.Event):
+    """A `threading.Event` whose lock is made on first `set`/`wait`: the runner
+    makes one per job, most are only ever asked `is_set()`, and a Condition
+    with its Lock costs more than the rest of a no-op job's bookkeeping."""
+
+    _guard = threading.Lock()
+
+    def __init__(self) -> None:  # no super().__init__(): the condition comes later
+        self._flag = False
+
+    @property
+    def _cond(self) -> threading.Condition:
+        cond: threading.Condition | None = self.__dict__.get("_lazy_cond")
+        if cond is None:
+            with CancelEvent._guard:
+                cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
+        return cond
+
+
 class JobState(enum.Enum):
     QUEUED = "queued"
     EXECUTING = "executing"
@@ -44,11 +63,13 @@ class InFlight:
     load_error: str | None = None
     nothing_to_do: bool = False
     state: JobState = JobState.QUEUED
-    cancel: threading.Event = field(default_factory=threading.Event)
+    cancel: threading.Event = field(default_factory=CancelEvent)
     ctx: JobContext | None = None
     breadcrumb: Mapping[str, Any] | None = None
     slot: int = -1
     """The pool thread (by index) executing it, while `EXECUTING`."""
+    fields: dict[str, Any] | None = None
+    """Its log fields, once known (see `outcomes.job_fields`)."""
 
 
 class InFlightJobs:

@@ -46,7 +46,11 @@ def describe_error(exc: BaseException) -> str:
 
 
 def job_fields(job: InFlight) -> dict[str, Any]:
-    """The log fields of a job: job_id, kind, attempt, and page_id when the breadcrumb has one."""
+    """The log fields of a job: job_id, kind, attempt, and page_id when the breadcrumb has one.
+
+    Kept on the job once its breadcrumb is known (computed once, not per log block)."""
+    if job.fields is not None:
+        return job.fields
     lease = job.lease
     page_id = job.breadcrumb.get("page_id") if job.breadcrumb else None
     return {

@@ -68,7 +68,15 @@ RESTART_DELAY_SECONDS = 0.05
 SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for jobs already writing their outcome."""
 
+ISOLATE_LOADS_SECONDS = 60.0
+"""After a load failed with a database error, how long loads run in savepoints."""
+
 _QUEUED = frozenset({JobState.QUEUED})
+
+
+class _LoadsAborted(Exception):
+    """A load broke the lease transaction; it was rolled back."""
+
 _EXECUTING = frozenset({JobState.EXECUTING})
 
 
@@ -135,6 +143,7 @@ class Runner:
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self._want_slot = False
+        self._isolate_loads_until = 0.0
         self._outage = Outage()
         self._jobs = InFlightJobs()
         self._handoff: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
@@ -283,6 +292,13 @@ class Runner:
                 except DatabaseUnavailable:
                     session.backoff()
                     continue
+                except _LoadsAborted as exc:
+                    logger.warning(
+                        "a load failed with a database error (%s); leasing again with each "
+                        "load in its own savepoint",
+                        exc.__cause__,
+                    )
+                    continue
                 self.lease_rounds += 1
                 if batch:
                     self._dispatch(batch)
@@ -292,19 +308,24 @@ class Runner:
             session.close()
 
     def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
+        """Lease and load in one transaction.
+
+        Loads run without savepoints (two round trips per batch saved on the
+        hot path). If one raises a database error, the transaction is rolled
+        back whole (nothing was leased, no attempt spent) and, for the next
+        minute, each load runs in its own savepoint so the job at fault
+        fails alone."""
+        isolated = time.monotonic() < self._isolate_loads_until
         leases = lease_kinds(conn, kinds, limit, self.lease_duration)
-        if not leases:
-            return []
+        if isolated:
+            return [self._load(conn, lease, isolated=True) for lease in leases]
         try:
-            # One savepoint for the whole batch: a database error in one load
-            # must not undo the lease, and a savepoint per job would cost two
-            # round trips each on the hot path.
-            with conn.begin_nested():
-                return [self._load(conn, lease, isolated=False) for lease in leases]
+            return [self._load(conn, lease, isolated=False) for lease in leases]
         except DBAPIError as exc:
             if is_transient_db_error(exc):
                 raise
-            return [self._load(conn, lease, isolated=True) for lease in leases]
+            self._isolate_loads_until = time.monotonic() + ISOLATE_LOADS_SECONDS
+            raise _LoadsAborted from exc
 
     def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
         handler = self._handlers[lease.payload.kind]
@@ -316,7 +337,7 @@ class Runner:
                 item = handler.load(conn, lease)
         except DBAPIError as exc:
             if not isolated:
-                raise  # the batch's savepoint is broken: load each job in its own
+                raise  # the transaction is broken: roll back, then load each job alone
             return self._load_failed(lease, handler, exc)
         except Exception as exc:
             return self._load_failed(lease, handler, exc)
@@ -365,10 +386,11 @@ class Runner:
         label = _label(job)
         if job.load_error is None:
             try:
-                label = f"job {lease.id} ({handler.describe(job.item)})"
+                label = f"{label} ({handler.describe(job.item)})"
                 job.breadcrumb = handler.breadcrumb(job.item)
             except Exception:
                 logger.exception("%s: no breadcrumb; events suppressed for this job", label)
+        job.fields = job_fields(job)
         started = time.monotonic()
         ctx = JobContext(lease, started + self.job_timeout, job.cancel, started, label)
         job.ctx, job.slot = ctx, slot
