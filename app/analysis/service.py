@@ -70,6 +70,7 @@ def analysis_runner(
             job_timeout=settings.job_timeout_seconds,
             idle_poll=settings.idle_poll_seconds,
             listen=settings.queue_listen,
+            prefetch=0,  # one page at a time per worker: the model server is the bottleneck
             readiness=gate,
             events=events if events is not None else analysis_event_bus(engine),
             reap_retention_days=settings.reap_retention_days,

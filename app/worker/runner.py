@@ -68,6 +68,8 @@ RESTART_DELAY_SECONDS = 0.05
 SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for jobs already writing their outcome."""
 
+PREFETCH_MAX = 500
+"""Most jobs an adaptive prefetch leases beyond the pool threads."""
 ISOLATE_LOADS_SECONDS = 60.0
 """After a load failed with a database error, how long loads run in savepoints."""
 
@@ -97,8 +99,10 @@ class Runner:
     - `listen`: keep one LISTEN connection for instant pickup (turn off
       behind PgBouncer in transaction mode);
     - `prefetch`: jobs leased beyond the free pool threads, waiting in the
-      runner (their leases renewed) so the next batch is ready; 0 for jobs
-      that take long, a few hundred for tiny ones;
+      runner (their leases renewed) so that tiny jobs are leased in large
+      batches. `None` (the default) adapts it: as many jobs as the pool
+      finishes during one lease round trip (at most `PREFETCH_MAX`), which
+      is about 0 for jobs that take more than a few milliseconds;
     - `ack_linger`, `ack_max_batch`: how long the acker gathers acks of
       `writes_result = False` handlers, and how many at most per statement;
     - `readiness`: a gate that must be open for leasing; `events`: where
@@ -121,18 +125,20 @@ class Runner:
         name: str = "worker",
         observer: RunnerObserver | None = None,
         listen: bool = True,
-        prefetch: int = 0,
+        prefetch: int | None = None,
         ack_linger: float = 0.002,
         ack_max_batch: int = 1000,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
-        if workers < 1 or prefetch < 0:
+        if workers < 1 or (prefetch is not None and prefetch < 0):
             raise ValueError("workers must be at least 1 and prefetch at least 0")
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
         self.workers = workers
-        self.slots = workers + prefetch
+        self.prefetch = prefetch
+        self._job_seconds: float | None = None  # moving average, per job on a pool thread
+        self._round_seconds = 0.002  # moving average of a lease round trip
         self.lease_duration = lease_duration
         self.job_timeout = job_timeout
         self.idle_poll = idle_poll
@@ -224,6 +230,16 @@ class Runner:
             logger.warning("runner threads still running after %.0f s: %s", timeout, alive)
         return not alive
 
+    def slots(self) -> int:
+        """How many jobs the runner holds at most: the pool, plus the prefetch."""
+        if self.prefetch is not None:
+            return self.workers + self.prefetch
+        if self._job_seconds is None:
+            return self.workers  # nothing measured yet: no prefetch
+        # Jobs the pool finishes while one lease round trip is under way.
+        finished = self.workers * self._round_seconds / max(self._job_seconds, 1e-6)
+        return self.workers + min(PREFETCH_MAX, int(finished))
+
     def _live_pool(self) -> list[threading.Thread]:
         """Pool threads, less those stuck in an abandoned dispatch."""
         return [thread for thread in self._pool if thread not in self._stuck]
@@ -280,11 +296,12 @@ class Runner:
                     return
                 self._wake.clear()
                 self._want_slot = True  # before counting: a slot freed from now on wakes us
-                free = self.slots - self._jobs.holding()
+                free = self.slots() - self._jobs.holding()
                 if free <= 0:
                     self._wake.wait(self.idle_poll)
                     continue
                 self._want_slot = False
+                round_started = time.monotonic()
                 try:
                     batch = session.run(
                         functools.partial(self._lease_and_load, kinds=kinds, limit=free)
@@ -301,6 +318,8 @@ class Runner:
                     continue
                 self.lease_rounds += 1
                 if batch:
+                    seconds = time.monotonic() - round_started
+                    self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
                     self._dispatch(batch)
                 if len(batch) < free:  # the queue is drained: sleep until woken
                     self._wake.wait(self.idle_poll)
@@ -373,8 +392,12 @@ class Runner:
             job = self._handoff.get()
             if job is None:
                 return
+            started = time.monotonic()
             try:
                 self._run_job(job, slot)
+                seconds = time.monotonic() - started
+                average = self._job_seconds
+                self._job_seconds = seconds if average is None else 0.95 * average + 0.05 * seconds
             except BaseException:
                 logger.critical("pool thread %s: unexpected error", me.name, exc_info=True)
                 self._jobs.remove(job)
