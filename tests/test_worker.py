@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from app.queue import KIND_ANALYZE_PAGE, lease, release_unowned
-from app.worker import runner as runner_module
+from app.worker import leasing as leasing_module
 from tests.helpers import fail_first_call, wait_until
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
@@ -312,9 +312,9 @@ def test_a_database_restart_mid_job_loses_nothing(harness, vision_server):
 def test_a_worker_thread_that_dies_is_replaced(harness, vision_server, monkeypatch, caplog):
     page_id = harness.add_page(png_bytes())
     monkeypatch.setattr(
-        runner_module,
+        leasing_module,
         "lease_kinds",
-        fail_first_call(runner_module.lease_kinds, RuntimeError("bug in the lease path")),
+        fail_first_call(leasing_module.lease_kinds, RuntimeError("bug in the lease path")),
     )
     with harness.running() as runner:
         harness.request(page_id)

@@ -59,7 +59,10 @@ def _fenced_update(set_clause: str, *extra: Any) -> TextClause:
 
 @functools.cache
 def _ack_done_statement() -> TextClause:
-    return _fenced_update("state = 'done', leased_until = NULL, updated_at = now()")
+    # reclaim_count: the attempt ended normally, its worker survived it.
+    return _fenced_update(
+        "state = 'done', leased_until = NULL, reclaim_count = 0, updated_at = now()"
+    )
 
 
 @functools.cache

@@ -22,8 +22,9 @@ from collections.abc import Callable
 from sqlalchemy import Engine
 
 from app.queue.batch import ack_done_many
-from app.worker.dbsession import DatabaseUnavailable, DbSession, Outage
+from app.worker.dbsession import DatabaseUnavailable, DbSession
 from app.worker.inflight import InFlight
+from app.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Acker:
     def __init__(
         self,
         engine: Engine,
-        outage: Outage,
+        outage: DatabaseOutage,
         stopping: threading.Event,
         report: Callable[[InFlight, bool], None],
         *,

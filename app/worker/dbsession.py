@@ -6,28 +6,34 @@ connection that drops under a thread (a restarted server, a terminated
 backend) is replaced at once, once; only when a fresh connection cannot be
 made either is the database down. Then the thread backs off (capped), and
 the runner logs the outage once when it starts and once when it ends, not
-per retry and not per thread.
+per retry and not per thread (`DatabaseOutage`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
+from app.worker.outage import DatabaseOutage
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DB_RETRY_FIRST_SECONDS = 0.1
-"""First wait after the database was found unreachable."""
+DB_RETRY_BASE_SECONDS = 0.05
+"""Backoff base: the first wait after the database was found unreachable is twice this."""
 DB_RETRY_MAX_SECONDS = 5.0
 """Longest wait between attempts while the database is unreachable."""
+
+
+def runner_outage() -> DatabaseOutage:
+    """The outage log shared by one runner's threads."""
+    return DatabaseOutage(DB_RETRY_MAX_SECONDS, base_delay=DB_RETRY_BASE_SECONDS)
 
 
 def is_transient_db_error(exc: BaseException) -> bool:
@@ -53,40 +59,6 @@ class DatabaseUnavailable(Exception):
     """The database could not be reached; the caller should `backoff()` and retry."""
 
 
-class Outage:
-    """Shared by a runner's threads: logs an outage once as it starts and once as it ends."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._since: float | None = None
-
-    @property
-    def ongoing(self) -> bool:
-        return self._since is not None
-
-    def failed(self, exc: BaseException) -> None:
-        with self._lock:
-            if self._since is not None:
-                return
-            self._since = self._clock()
-        logger.warning(
-            "database unreachable (%s); the worker backs off (at most %.0f s between "
-            "attempts) and logs again once it is back",
-            short_error(exc),
-            DB_RETRY_MAX_SECONDS,
-        )
-
-    def recovered(self) -> None:
-        if self._since is None:  # the common case: no lock taken
-            return
-        with self._lock:
-            if self._since is None:
-                return
-            seconds, self._since = self._clock() - self._since, None
-        logger.warning("database reachable again after %.1f s", seconds)
-
-
 class DbSession:
     """One thread's dedicated connection. Not thread-safe: one owner thread.
 
@@ -101,7 +73,7 @@ class DbSession:
     def __init__(
         self,
         engine: Engine,
-        outage: Outage,
+        outage: DatabaseOutage,
         stopping: threading.Event,
         *,
         autocommit: bool = False,
@@ -112,6 +84,7 @@ class DbSession:
         self._autocommit = autocommit
         self._conn: Connection | None = None
         self._failures = 0
+        self._delay = 0.0
 
     def run(self, work: Callable[[Connection], T]) -> T:
         retried = False
@@ -129,17 +102,15 @@ class DbSession:
                     retried = True  # the connection dropped under us: a fresh one, at once
                     continue
                 self._failures += 1
-                self._outage.failed(exc)
+                self._delay = self._outage.failed(short_error(exc), self._failures)
                 raise DatabaseUnavailable(short_error(exc)) from exc
             self._failures = 0
             self._outage.recovered()
             return result
 
     def backoff(self) -> None:
-        """Wait before the next attempt: doubling from 0.1 s, at most 5 s."""
-        exponent = max(0, min(self._failures - 1, 8))
-        delay = min(DB_RETRY_MAX_SECONDS, DB_RETRY_FIRST_SECONDS * 2**exponent)
-        self._stopping.wait(delay)
+        """Wait before the next attempt (doubling per failure in a row, capped)."""
+        self._stopping.wait(self._delay)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

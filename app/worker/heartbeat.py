@@ -26,8 +26,9 @@ from datetime import timedelta
 from sqlalchemy import Engine
 
 from app.queue.batch import release_many, renew_many
-from app.worker.dbsession import DatabaseUnavailable, DbSession, Outage
+from app.worker.dbsession import DatabaseUnavailable, DbSession
 from app.worker.inflight import HOLDING_A_SLOT, InFlight, InFlightJobs, JobState
+from app.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class Heartbeat:
         self,
         engine: Engine,
         jobs: InFlightJobs,
-        outage: Outage,
+        outage: DatabaseOutage,
         stopping: threading.Event,
         *,
         lease_duration: timedelta,

@@ -16,7 +16,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine
-from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+)
 
 from app.errors import ServiceError
 from app.queue.jobs import ack_dead, ack_done, ack_failed, holds
@@ -26,6 +32,7 @@ from app.worker.handler import JobContext, JobHandler
 from app.worker.inflight import InFlight
 from app.worker.logcontext import job_log_context
 from app.worker.observer import RunnerObserver
+from app.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +75,10 @@ class Outcomes:
         events: EventBus | None,
         observer: RunnerObserver | None,
         stopping: threading.Event,
+        outage: DatabaseOutage,
     ) -> None:
         self._engine = engine
+        self._outage = outage
         self._events = events
         self._observer = observer
         self._stopping = stopping
@@ -226,6 +235,10 @@ class Outcomes:
         # Waits between database retries end early on shutdown.
         self._stopping.wait(seconds)
 
+    def _report_outage(self, state: RetryCallState) -> None:
+        # Logged as the outage (once), not per retry of each job.
+        self._outage.failed(short_error(state.outcome.exception()) if state.outcome else "?", 1)
+
     def _with_db_retry(self, write: Callable[[], T], label: str) -> T:
         """Retry a short transaction through a dropped connection or a restart."""
         for attempt in Retrying(
@@ -234,11 +247,7 @@ class Outcomes:
             wait=wait_exponential(multiplier=0.25, max=2.0),
             sleep=self._sleep,
             reraise=True,
-            before_sleep=lambda state: logger.warning(
-                "%s: database unavailable (%s); retrying",
-                label,
-                short_error(state.outcome.exception()) if state.outcome else "?",
-            ),
+            before_sleep=self._report_outage,
         ):
             with attempt:
                 return write()

@@ -26,7 +26,6 @@ is replaced at once so the pool keeps its size.
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -35,22 +34,18 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.errors import DispatchTimeout, ServiceError
-from app.queue.jobs import Lease, lease_kinds, reap_done, reclaim_orphaned
+from app.queue.jobs import reap_done, reclaim_orphaned
 from app.worker.acker import Acker
-from app.worker.dbsession import (
-    DatabaseUnavailable,
-    DbSession,
-    Outage,
-    is_transient_db_error,
-)
+from app.worker.dbsession import DatabaseUnavailable, is_transient_db_error, runner_outage
 from app.worker.events import EventBus
 from app.worker.handler import JobContext, JobHandler
 from app.worker.heartbeat import Heartbeat
 from app.worker.inflight import InFlight, InFlightJobs, JobState
+from app.worker.leasing import LeaseLoop
 from app.worker.logcontext import job_log_context
 from app.worker.observer import RunnerObserver
 from app.worker.outcomes import Outcomes, describe_error, is_permanent, job_fields
@@ -68,16 +63,7 @@ RESTART_DELAY_SECONDS = 0.05
 SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for jobs already writing their outcome."""
 
-PREFETCH_MAX = 500
-"""Most jobs an adaptive prefetch leases beyond the pool threads."""
-ISOLATE_LOADS_SECONDS = 60.0
-"""After a load failed with a database error, how long loads run in savepoints."""
-
 _QUEUED = frozenset({JobState.QUEUED})
-
-
-class _LoadsAborted(Exception):
-    """A load broke the lease transaction; it was rolled back."""
 
 _EXECUTING = frozenset({JobState.EXECUTING})
 
@@ -136,9 +122,6 @@ class Runner:
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
         self.workers = workers
-        self.prefetch = prefetch
-        self._job_seconds: float | None = None  # moving average, per job on a pool thread
-        self._round_seconds = 0.002  # moving average of a lease round trip
         self.lease_duration = lease_duration
         self.job_timeout = job_timeout
         self.idle_poll = idle_poll
@@ -147,13 +130,10 @@ class Runner:
         self._reap_retention_days = reap_retention_days
         self._name = name
         self._stopping = threading.Event()
-        self._wake = threading.Event()
-        self._want_slot = False
-        self._isolate_loads_until = 0.0
-        self._outage = Outage()
+        self._outage = runner_outage()
         self._jobs = InFlightJobs()
         self._handoff: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
-        self._outcomes = Outcomes(engine, events, observer, self._stopping)
+        self._outcomes = Outcomes(engine, events, observer, self._stopping, self._outage)
         self._acker = Acker(
             engine,
             self._outage,
@@ -175,8 +155,21 @@ class Runner:
             before_shutdown=self._wait_for_lease_loop,
             on_tick=self._maybe_reap,
         )
+        self._lease_loop = LeaseLoop(
+            engine,
+            self._handlers,
+            self._jobs,
+            self._outage,
+            self._stopping,
+            dispatch=self._dispatch,
+            workers=workers,
+            prefetch=prefetch,
+            lease_duration=lease_duration,
+            idle_poll=idle_poll,
+            readiness=readiness,
+        )
         self._listener = WakeupListener(
-            engine, list(self._handlers), self._wake.set, self._stopping, self._outage
+            engine, list(self._handlers), self._lease_loop.wake, self._stopping, self._outage
         )
         self._threads: dict[str, threading.Thread] = {}
         self._pool: list[threading.Thread] = []
@@ -184,8 +177,6 @@ class Runner:
         self._last_reap = float("-inf")
         self.worker_deaths = 0
         """Runner threads that died unexpectedly and were replaced."""
-        self.lease_rounds = 0
-        """Lease statements run so far (tests synchronise on it)."""
 
     # --- lifecycle ---------------------------------------------------------
 
@@ -201,12 +192,12 @@ class Runner:
         self._start_role("heartbeat", self._heartbeat_main, restart_when_stopping=True)
         if self.listen:
             self._start_role("listener", self._listener.run)
-        self._start_role("lease", self._lease_main)
+        self._start_role("lease", self._lease_loop.run)
 
     def stop(self) -> None:
         """Ask the runner to stop; returns at once."""
         self._stopping.set()
-        self._wake.set()
+        self._lease_loop.wake()
         self._heartbeat.wake()
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
@@ -232,13 +223,12 @@ class Runner:
 
     def slots(self) -> int:
         """How many jobs the runner holds at most: the pool, plus the prefetch."""
-        if self.prefetch is not None:
-            return self.workers + self.prefetch
-        if self._job_seconds is None:
-            return self.workers  # nothing measured yet: no prefetch
-        # Jobs the pool finishes while one lease round trip is under way.
-        finished = self.workers * self._round_seconds / max(self._job_seconds, 1e-6)
-        return self.workers + min(PREFETCH_MAX, int(finished))
+        return self._lease_loop.slots()
+
+    @property
+    def lease_rounds(self) -> int:
+        """Lease statements run so far (tests synchronise on it)."""
+        return self._lease_loop.rounds
 
     def _live_pool(self) -> list[threading.Thread]:
         """Pool threads, less those stuck in an abandoned dispatch."""
@@ -285,88 +275,6 @@ class Runner:
             self._stopping.wait(RESTART_DELAY_SECONDS)
             self._start_role(role, target, restart_when_stopping=restart_when_stopping)
 
-    # --- the lease loop ----------------------------------------------------
-
-    def _lease_main(self) -> None:
-        session = DbSession(self._engine, self._outage, self._stopping)
-        kinds = list(self._handlers)
-        try:
-            while not self._stopping.is_set():
-                if self._readiness is not None and not self._readiness.wait_ready(self._stopping):
-                    return
-                self._wake.clear()
-                self._want_slot = True  # before counting: a slot freed from now on wakes us
-                free = self.slots() - self._jobs.holding()
-                if free <= 0:
-                    self._wake.wait(self.idle_poll)
-                    continue
-                self._want_slot = False
-                round_started = time.monotonic()
-                try:
-                    batch = session.run(
-                        functools.partial(self._lease_and_load, kinds=kinds, limit=free)
-                    )
-                except DatabaseUnavailable:
-                    session.backoff()
-                    continue
-                except _LoadsAborted as exc:
-                    logger.warning(
-                        "a load failed with a database error (%s); leasing again with each "
-                        "load in its own savepoint",
-                        exc.__cause__,
-                    )
-                    continue
-                self.lease_rounds += 1
-                if batch:
-                    seconds = time.monotonic() - round_started
-                    self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
-                    self._dispatch(batch)
-                if len(batch) < free:  # the queue is drained: sleep until woken
-                    self._wake.wait(self.idle_poll)
-        finally:
-            session.close()
-
-    def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
-        """Lease and load in one transaction.
-
-        Loads run without savepoints (two round trips per batch saved on the
-        hot path). If one raises a database error, the transaction is rolled
-        back whole (nothing was leased, no attempt spent) and, for the next
-        minute, each load runs in its own savepoint so the job at fault
-        fails alone."""
-        isolated = time.monotonic() < self._isolate_loads_until
-        leases = lease_kinds(conn, kinds, limit, self.lease_duration)
-        if isolated:
-            return [self._load(conn, lease, isolated=True) for lease in leases]
-        try:
-            return [self._load(conn, lease, isolated=False) for lease in leases]
-        except DBAPIError as exc:
-            if is_transient_db_error(exc):
-                raise
-            self._isolate_loads_until = time.monotonic() + ISOLATE_LOADS_SECONDS
-            raise _LoadsAborted from exc
-
-    def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
-        handler = self._handlers[lease.payload.kind]
-        try:
-            if isolated:
-                with conn.begin_nested():
-                    item = handler.load(conn, lease)
-            else:
-                item = handler.load(conn, lease)
-        except DBAPIError as exc:
-            if not isolated:
-                raise  # the transaction is broken: roll back, then load each job alone
-            return self._load_failed(lease, handler, exc)
-        except Exception as exc:
-            return self._load_failed(lease, handler, exc)
-        return InFlight(lease, handler, item, nothing_to_do=item is None)
-
-    def _load_failed(self, lease: Lease, handler: AnyHandler, exc: Exception) -> InFlight:
-        with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
-            logger.error("job %s could not be loaded", lease.id, exc_info=exc)
-        return InFlight(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
-
     def _dispatch(self, batch: list[InFlight]) -> None:
         self._jobs.add(batch)
         for job in batch:
@@ -395,9 +303,7 @@ class Runner:
             started = time.monotonic()
             try:
                 self._run_job(job, slot)
-                seconds = time.monotonic() - started
-                average = self._job_seconds
-                self._job_seconds = seconds if average is None else 0.95 * average + 0.05 * seconds
+                self._lease_loop.job_took(time.monotonic() - started)
             except BaseException:
                 logger.critical("pool thread %s: unexpected error", me.name, exc_info=True)
                 self._jobs.remove(job)
@@ -450,8 +356,7 @@ class Runner:
     def _finishing(self, job: InFlight) -> bool:
         if not self._jobs.move(job, _EXECUTING, JobState.FINISHING):
             return False
-        if self._want_slot:
-            self._wake.set()
+        self._lease_loop.slot_freed()
         return True
 
     def _failed(self, job: InFlight, ctx: JobContext, error: BaseException) -> None:
@@ -482,8 +387,7 @@ class Runner:
             self._stuck.add(self._pool[job.slot])
             if not self._stopping.is_set():
                 self._pool[job.slot] = self._spawn_pool_thread(job.slot)
-        if self._want_slot:
-            self._wake.set()
+        self._lease_loop.slot_freed()
 
     def _timed_out(self, job: InFlight) -> None:
         assert job.ctx is not None

@@ -21,7 +21,8 @@ import psycopg
 from sqlalchemy import Engine
 
 from app.queue.jobs import WAKEUP_CHANNEL
-from app.worker.dbsession import DB_RETRY_FIRST_SECONDS, DB_RETRY_MAX_SECONDS, Outage
+from app.worker.dbsession import short_error
+from app.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class WakeupListener:
         kinds: Collection[str],
         on_wake: Callable[[], None],
         stopping: threading.Event,
-        outage: Outage,
+        outage: DatabaseOutage,
         *,
         channel: str = WAKEUP_CHANNEL,
     ) -> None:
@@ -78,9 +79,7 @@ class WakeupListener:
                     logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
                     continue
                 failures += 1
-                self._outage.failed(exc)
-                delay = min(DB_RETRY_MAX_SECONDS, DB_RETRY_FIRST_SECONDS * 2 ** min(failures, 8))
-                self._stopping.wait(delay)
+                self._stopping.wait(self._outage.failed(short_error(exc), failures))
 
     def _connect(self) -> psycopg.Connection[Any]:
         args, kwargs = self._connect_args

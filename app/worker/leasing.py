@@ -1,0 +1,181 @@
+"""The lease loop: one thread per runner that leases jobs in batches.
+
+It waits for the readiness gate and for free slots, leases up to that many
+jobs in ONE statement, runs each handler's `load` in the same transaction,
+and hands the batch to the runner. While the queue is empty it sleeps until
+woken: by the wake-up listener, a freed slot, or `idle_poll` (the fallback).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from app.queue.jobs import Lease, lease_kinds
+from app.worker.dbsession import DatabaseUnavailable, DbSession, is_transient_db_error
+from app.worker.handler import JobHandler
+from app.worker.inflight import InFlight, InFlightJobs
+from app.worker.logcontext import job_log_context
+from app.worker.outage import DatabaseOutage
+from app.worker.outcomes import describe_error
+from app.worker.readiness import ReadinessGate
+
+logger = logging.getLogger(__name__)
+
+AnyHandler = JobHandler[Any, Any]
+
+PREFETCH_MAX = 500
+"""Most jobs an adaptive prefetch leases beyond the pool threads."""
+ISOLATE_LOADS_SECONDS = 60.0
+"""After a load failed with a database error, how long loads run in savepoints."""
+
+
+class _LoadsAborted(Exception):
+    """A load broke the lease transaction; it was rolled back."""
+
+
+class LeaseLoop:
+    def __init__(
+        self,
+        engine: Engine,
+        handlers: Mapping[str, AnyHandler],
+        jobs: InFlightJobs,
+        outage: DatabaseOutage,
+        stopping: threading.Event,
+        *,
+        dispatch: Callable[[list[InFlight]], None],
+        workers: int,
+        prefetch: int | None,
+        lease_duration: timedelta,
+        idle_poll: float,
+        readiness: ReadinessGate | None,
+    ) -> None:
+        self._engine = engine
+        self._handlers = handlers
+        self._jobs = jobs
+        self._outage = outage
+        self._stopping = stopping
+        self._dispatch = dispatch
+        self.workers = workers
+        self.prefetch = prefetch
+        self.lease_duration = lease_duration
+        self.idle_poll = idle_poll
+        self._readiness = readiness
+        self._wake = threading.Event()
+        self._want_slot = False
+        self._isolate_loads_until = 0.0
+        self._job_seconds: float | None = None  # moving average, per job on a pool thread
+        self._round_seconds = 0.002  # moving average of a lease round trip
+        self.rounds = 0
+        """Lease statements run so far."""
+
+    def wake(self) -> None:
+        """Lease now (new jobs were committed, or the runner stops)."""
+        self._wake.set()
+
+    def slot_freed(self) -> None:
+        if self._want_slot:
+            self._wake.set()
+
+    def job_took(self, seconds: float) -> None:
+        """A pool thread spent `seconds` on one job (feeds the adaptive prefetch)."""
+        average = self._job_seconds
+        self._job_seconds = seconds if average is None else 0.95 * average + 0.05 * seconds
+
+    def slots(self) -> int:
+        """How many jobs the runner holds at most: the pool, plus the prefetch."""
+        if self.prefetch is not None:
+            return self.workers + self.prefetch
+        if self._job_seconds is None:
+            return self.workers  # nothing measured yet: no prefetch
+        # Jobs the pool finishes while one lease round trip is under way.
+        finished = self.workers * self._round_seconds / max(self._job_seconds, 1e-6)
+        return self.workers + min(PREFETCH_MAX, int(finished))
+
+    def run(self) -> None:
+        session = DbSession(self._engine, self._outage, self._stopping)
+        kinds = list(self._handlers)
+        try:
+            while not self._stopping.is_set():
+                if self._readiness is not None and not self._readiness.wait_ready(self._stopping):
+                    return
+                self._wake.clear()
+                self._want_slot = True  # before counting: a slot freed from now on wakes us
+                free = self.slots() - self._jobs.holding()
+                if free <= 0:
+                    self._wake.wait(self.idle_poll)
+                    continue
+                self._want_slot = False
+                round_started = time.monotonic()
+                try:
+                    batch = session.run(
+                        functools.partial(self._lease_and_load, kinds=kinds, limit=free)
+                    )
+                except DatabaseUnavailable:
+                    session.backoff()
+                    continue
+                except _LoadsAborted as exc:
+                    logger.warning(
+                        "a load failed with a database error (%s); leasing again with each "
+                        "load in its own savepoint",
+                        exc.__cause__,
+                    )
+                    continue
+                self.rounds += 1
+                if batch:
+                    seconds = time.monotonic() - round_started
+                    self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
+                    self._dispatch(batch)
+                if len(batch) < free:  # the queue is drained: sleep until woken
+                    self._wake.wait(self.idle_poll)
+        finally:
+            session.close()
+
+    def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
+        """Lease and load in one transaction.
+
+        Loads run without savepoints (two round trips per batch saved on the
+        hot path). If one raises a database error, the transaction is rolled
+        back whole (nothing was leased, no attempt spent) and, for the next
+        minute, each load runs in its own savepoint so the job at fault
+        fails alone."""
+        isolated = time.monotonic() < self._isolate_loads_until
+        leases = lease_kinds(conn, kinds, limit, self.lease_duration)
+        if isolated:
+            return [self._load(conn, lease, isolated=True) for lease in leases]
+        try:
+            return [self._load(conn, lease, isolated=False) for lease in leases]
+        except DBAPIError as exc:
+            if is_transient_db_error(exc):
+                raise
+            self._isolate_loads_until = time.monotonic() + ISOLATE_LOADS_SECONDS
+            raise _LoadsAborted from exc
+
+    def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
+        handler = self._handlers[lease.payload.kind]
+        try:
+            if isolated:
+                with conn.begin_nested():
+                    item = handler.load(conn, lease)
+            else:
+                item = handler.load(conn, lease)
+        except DBAPIError as exc:
+            if not isolated:
+                raise  # the transaction is broken: roll back, then load each job alone
+            return self._load_failed(lease, handler, exc)
+        except Exception as exc:
+            return self._load_failed(lease, handler, exc)
+        return InFlight(lease, handler, item, nothing_to_do=item is None)
+
+    def _load_failed(self, lease: Lease, handler: AnyHandler, exc: Exception) -> InFlight:
+        with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
+            logger.error("job %s could not be loaded", lease.id, exc_info=exc)
+        return InFlight(lease, handler, load_error=f"could not load job: {describe_error(exc)}")

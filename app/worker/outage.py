@@ -1,0 +1,54 @@
+"""One log line when the database goes away and one when it is back, however
+many worker threads keep retrying meanwhile."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+logger = logging.getLogger(__name__)
+
+
+class DatabaseOutage:
+    """Shared by a runner's threads. `failed` reports a failed database call
+    and returns how long that thread should wait (exponential per thread,
+    capped at `max_delay`); `recovered` reports a call that worked. Only the
+    first failure of an outage and the first success after it are logged, so a
+    restart of Postgres reads as two lines, not one per retry per thread."""
+
+    def __init__(self, max_delay: float, *, base_delay: float = 0.5) -> None:
+        self.max_delay = max_delay
+        self.base_delay = base_delay
+        self._lock = threading.Lock()
+        self._down_since: float | None = None
+
+    @property
+    def down(self) -> bool:
+        return self._down_since is not None
+
+    def failed(self, error: str, failures_in_a_row: int) -> float:
+        exponent = min(max(failures_in_a_row, 1), 10)
+        delay = min(self.max_delay, self.base_delay * 2.0**exponent)
+        with self._lock:
+            if self._down_since is None:
+                self._down_since = time.monotonic()
+                logger.warning(
+                    "database unreachable (%s); leasing paused, retrying with backoff "
+                    "(at most %.0f s apart) until it is back",
+                    error,
+                    self.max_delay,
+                )
+            else:
+                logger.debug("database still unreachable (%s); next try in %.1f s", error, delay)
+        return delay
+
+    def recovered(self) -> None:
+        if self._down_since is None:  # the common case: no lock taken
+            return
+        with self._lock:
+            if self._down_since is None:
+                return
+            lasted = time.monotonic() - self._down_since
+            self._down_since = None
+        logger.info("database reachable again after %.1f s; leasing resumed", lasted)
