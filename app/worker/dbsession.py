@@ -105,8 +105,14 @@ class DbSession:
                 self._delay = self._outage.failed(short_error(exc), self._failures)
                 raise DatabaseUnavailable(short_error(exc)) from exc
             self._failures = 0
+            self._delay = 0.0
             self._outage.recovered()
             return result
+
+    @property
+    def delay(self) -> float:
+        """The wait `backoff()` would make now (0 unless the last attempt failed)."""
+        return self._delay
 
     def backoff(self) -> None:
         """Wait before the next attempt (doubling per failure in a row, capped)."""

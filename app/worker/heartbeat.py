@@ -84,8 +84,10 @@ class Heartbeat:
                 self._enforce_deadlines(now)
                 if now >= next_renew:
                     renewed = self._renew(session)
-                    # After a failed renew, try again soon: the lease window is 3 beats.
-                    next_renew = now + (self.interval if renewed else min(self.interval, 1.0))
+                    # After a failed renew, try again with the session's backoff
+                    # (sooner than a beat: the lease window is only 3 beats).
+                    retry = min(self.interval, max(session.delay, 0.05))
+                    next_renew = now + (self.interval if renewed else retry)
                 self._on_tick()
             self._shutdown(session)
         finally:

@@ -52,7 +52,7 @@ class JobState(enum.Enum):
 HOLDING_A_SLOT = frozenset({JobState.QUEUED, JobState.EXECUTING})
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class InFlight:
     """One leased job. `item` is what `load` returned; `load_error` says why it
     could not be loaded; `nothing_to_do` when `load` returned `None`."""

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -20,18 +19,27 @@ _fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
 )
 
 
-@contextmanager
-def job_log_context(**fields: Any) -> Iterator[None]:
+class job_log_context:
     """Add `fields` (job_id, kind, attempt, page_id, ...) to log records in this block.
 
     Nested blocks add to (and may override) the outer fields; `None` values are dropped.
+    A class rather than a generator: the runner enters one or two per job.
     """
-    merged = {**_fields.get(), **{k: v for k, v in fields.items() if v is not None}}
-    token = _fields.set(merged)
-    try:
-        yield
-    finally:
-        _fields.reset(token)
+
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, **fields: Any) -> None:
+        self._fields = fields
+        self._token: contextvars.Token[Mapping[str, Any]] | None = None
+
+    def __enter__(self) -> None:
+        merged = {**_fields.get(), **{k: v for k, v in self._fields.items() if v is not None}}
+        self._token = _fields.set(merged)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._token is not None:
+            _fields.reset(self._token)
+            self._token = None
 
 
 def current_job_fields() -> Mapping[str, Any]:

@@ -308,18 +308,26 @@ class Runner:
                 logger.critical("pool thread %s: unexpected error", me.name, exc_info=True)
                 self._jobs.remove(job)
             if me in self._stuck:
-                return  # replaced while stuck in an abandoned dispatch
+                self._stuck.discard(me)  # its job was given up and it was replaced
+                return
 
     def _run_job(self, job: InFlight, slot: int) -> None:
         handler, lease = job.handler, job.lease
-        label = _label(job)
+        job_id = str(lease.id)
+        label = f"job {job_id}"
         if job.load_error is None:
             try:
                 label = f"{label} ({handler.describe(job.item)})"
                 job.breadcrumb = handler.breadcrumb(job.item)
             except Exception:
                 logger.exception("%s: no breadcrumb; events suppressed for this job", label)
-        job.fields = job_fields(job)
+        page_id = job.breadcrumb.get("page_id") if job.breadcrumb else None
+        job.fields = {
+            "job_id": job_id,
+            "kind": lease.payload.kind,
+            "attempt": lease.attempts,
+            "page_id": None if page_id is None else str(page_id),
+        }
         started = time.monotonic()
         ctx = JobContext(lease, started + self.job_timeout, job.cancel, started, label)
         job.ctx, job.slot = ctx, slot
