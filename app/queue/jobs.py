@@ -183,6 +183,10 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> TextClause:
     leases exist, up to `limit` extra rows may stay locked until the caller
     commits (the arm's surplus); in the steady state that arm is empty.
 
+    The payload comes back as text: pydantic parses and validates JSON text
+    in one step, several times faster than `json.loads` and then validating
+    the dict (the largest client cost of leasing a big batch).
+
     Constants (the kinds, the limit) are rendered inline: the planner can then
     match the partial indexes' predicates, and a bound `LIMIT` would make a
     generic plan guess 10 % of the table and hash-join a full scan.
@@ -210,8 +214,8 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> TextClause:
             lease_generation = j.lease_generation + 1,
             leased_until = now() + :lease_duration, updated_at = now()
         FROM candidates WHERE j.id = candidates.id
-        RETURNING j.id, j.payload, j.attempts, j.max_attempts, j.lease_generation,
-                  j.scheduled_at, j.created_at
+        RETURNING j.id, CAST(j.payload AS text), j.attempts, j.max_attempts,
+                  j.lease_generation, j.scheduled_at, j.created_at
         """
     ).bindparams(bindparam("lease_duration", type_=Interval()))
 
