@@ -121,6 +121,10 @@ class Runner:
             raise ValueError("workers must be at least 1 and prefetch at least 0")
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
+        # A handler written before `writes_result` existed keeps the per-job path.
+        self._writes_result = {
+            handler.kind: bool(getattr(handler, "writes_result", True)) for handler in handlers
+        }
         self.workers = workers
         self.lease_duration = lease_duration
         self.job_timeout = job_timeout
@@ -354,7 +358,7 @@ class Runner:
                 return
             if error is not None:
                 self._failed(job, ctx, error)
-            elif handler.writes_result:
+            elif self._writes_result[handler.kind]:
                 self._outcomes.complete(job, ctx, result)
             else:
                 self._acker.put(job)
