@@ -348,3 +348,58 @@ def test_a_load_that_breaks_the_transaction_fails_only_its_own_job(engine, caplo
         assert "could not load job" in row.last_error and "division by zero" in row.last_error
         assert all(job_row(conn, job_id).state == "done" for job_id in ids if job_id != bad)
     assert "each load in its own savepoint" in caplog.text
+
+
+def test_a_database_outage_is_logged_once_and_work_resumes_after_it(database_url, caplog):
+    """Every connection dropped, and new ones refused for a while (as while
+    Postgres restarts): the runner's threads back off quietly, one line says
+    the outage began and one that it ended, and no job is lost."""
+    import logging
+
+    import psycopg
+
+    from app.db import make_engine
+
+    down = threading.Event()
+    attempts = Counter[str]()
+
+    def connect() -> psycopg.Connection[Any]:
+        attempts["all"] += 1
+        if down.is_set():
+            attempts["refused"] += 1
+            raise psycopg.OperationalError("connection refused (the test's outage)")
+        url = database_url.replace("postgresql+psycopg://", "postgresql://")
+        return psycopg.connect(url)
+
+    engine = make_engine(database_url, creator=connect, pool_size=10)
+    try:
+        fill(engine, 50)
+        handler = NoopHandler(KIND_SYNC_MANGA)
+        caplog.set_level(logging.INFO)
+        with running(engine, handler, workers=2, idle_poll=0.2) as (runner, recorder):
+            wait_until(lambda: recorder.outcomes()["done"] == 50)
+            assert runner.listener.listening.wait(5)
+            down.set()
+            with make_engine(database_url).connect() as admin:
+                admin.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            wait_until(lambda: attempts["refused"] >= 4)
+            time.sleep(1.0)  # how long the outage lasts (not a synchronisation)
+            refused = attempts["refused"]
+            down.clear()
+            wait_until(lambda: "database reachable again" in caplog.text, timeout=15)
+            with engine.begin() as conn:
+                enqueue_many(
+                    conn, [SyncManga(source_id="s", source_manga_key=f"b{i}") for i in range(20)]
+                )
+            wait_until(lambda: recorder.outcomes()["done"] == 70, timeout=15)
+        # Backoff, not a spin: a handful of attempts per thread in a second or so.
+        assert refused < 60, attempts
+        assert caplog.text.count("database unreachable") == 1
+        assert caplog.text.count("database reachable again") == 1
+    finally:
+        engine.dispose()
