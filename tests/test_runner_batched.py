@@ -168,7 +168,7 @@ def test_a_stale_lease_inside_an_ack_batch_changes_only_its_own_row(engine):
 def test_one_heartbeat_renews_every_lease_and_a_lost_one_cancels_only_its_job(engine):
     ids = fill(engine, 3)
     handler = HoldingHandler()
-    short = timedelta(seconds=0.9)
+    short = timedelta(seconds=2.0)  # renewed every 0.67 s
     with (
         statements_like(engine, "leased_until = now() +") as renewals,
         running(engine, handler, workers=3, lease_duration=short) as (runner, recorder),
