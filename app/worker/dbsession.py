@@ -77,10 +77,8 @@ class DbSession:
         stopping: threading.Event,
         *,
         autocommit: bool = False,
-        async_commit: bool = False,
     ) -> None:
         self._engine = engine
-        self._async_commit = async_commit
         self._outage = outage
         self._stopping = stopping
         self._autocommit = autocommit
@@ -133,11 +131,6 @@ class DbSession:
     def _connection(self) -> Connection:
         if self._conn is None:
             conn = self._engine.connect()
-            if self._async_commit:
-                # A session setting: `close()` discards the connection, so it
-                # never reaches the pool's other users.
-                with conn.begin():
-                    conn.exec_driver_sql("SET synchronous_commit TO off")
             if self._autocommit:
                 conn = conn.execution_options(isolation_level="AUTOCOMMIT")
             self._conn = conn

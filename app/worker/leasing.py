@@ -101,14 +101,12 @@ class LeaseLoop:
         return self.workers + min(PREFETCH_MAX, int(finished))
 
     def run(self) -> None:
-        # Leases commit without waiting for the WAL flush: a lease lost in a
-        # server crash only puts the job back to pending at its previous
-        # generation, so the lost holder's writes are fenced off and the job
-        # runs again (at least once, as after any crash). Every outcome (ack,
-        # result, failure, release) still commits synchronously, and a durable
-        # ack implies the durable lease before it (the WAL is flushed in order).
-        # It takes the fsync off the pickup path and the lease round.
-        session = DbSession(self._engine, self._outage, self._stopping, async_commit=True)
+        # Leases commit synchronously, like every other write. An asynchronous
+        # commit would take the WAL flush off the pickup path, but a lease lost
+        # in a server crash would roll the row back to its previous generation,
+        # and the next lease would hand out the lost holder's generation again:
+        # two holders that fencing could not tell apart.
+        session = DbSession(self._engine, self._outage, self._stopping)
         kinds = list(self._handlers)
         try:
             while not self._stopping.is_set():
