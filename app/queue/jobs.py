@@ -28,6 +28,7 @@ from sqlalchemy import (
     TextClause,
     and_,
     bindparam,
+    case,
     delete,
     func,
     literal,
@@ -54,6 +55,15 @@ LAST_ERROR_MAX_CHARS: Final = 4000
 WAKEUP_CHANNEL: Final = "crawler_jobs_wakeup"
 """The `NOTIFY` channel on which due jobs announce themselves (payload: their
 kinds, comma-separated); sent by triggers of migration 0003, at commit."""
+
+RECLAIM_LIMIT: Final = 3
+"""At this many reclaims from a dead worker, `reclaim_orphaned` dead-letters the
+job instead of giving it back: it seems to kill the process that runs it."""
+
+CRASH_LOOP_ERROR: Final = (
+    f"reclaimed from a dead worker {RECLAIM_LIMIT} times; it seems to crash its worker "
+    "(segfault, OOM kill): dead-lettered"
+)
 
 jobs = cast(Table, Job.__table__)
 
@@ -286,7 +296,7 @@ def ack_done(conn: Conn, lease: Lease) -> bool:
     result = conn.execute(
         update(jobs)
         .where(_fenced(lease))
-        .values(state=DONE, leased_until=None, updated_at=func.now())
+        .values(state=DONE, leased_until=None, reclaim_count=0, updated_at=func.now())
         .returning(jobs.c.id)
     )
     return result.first() is not None or _lost("ack_done", lease)
@@ -299,6 +309,8 @@ def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
     values: dict[str, Any] = {
         "leased_until": None,
         "last_error": _truncate(error),
+        # The attempt ended normally: its worker survived it (see reclaim_orphaned).
+        "reclaim_count": 0,
         "updated_at": now,
     }
     if lease.attempts >= lease.max_attempts:
@@ -316,7 +328,13 @@ def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
     result = conn.execute(
         update(jobs)
         .where(_fenced(lease))
-        .values(state=DEAD, leased_until=None, last_error=_truncate(error), updated_at=func.now())
+        .values(
+            state=DEAD,
+            leased_until=None,
+            last_error=_truncate(error),
+            reclaim_count=0,
+            updated_at=func.now(),
+        )
         .returning(jobs.c.id)
     )
     return result.first() is not None or _lost("ack_dead", lease)
@@ -366,26 +384,92 @@ def release_unowned(conn: Conn, job_id: uuid.UUID) -> bool:
 # --- maintenance -----------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """What `reclaim_expired` did: the jobs given back to `pending`, and the
+    crash-looping ones moved to `dead` (as leases of their final generation,
+    so a caller can record the failure where the job's kind keeps results)."""
+
+    given_back: list[uuid.UUID]
+    dead_lettered: list[Lease]
+    error: str = CRASH_LOOP_ERROR
+
+    def __len__(self) -> int:
+        return len(self.given_back) + len(self.dead_lettered)
+
+
+def reclaim_expired(conn: Conn) -> Reclaim:
+    """Take back every running job whose lease has expired, in one statement.
+
+    Each such job's `reclaim_count` goes up by one. Below `RECLAIM_LIMIT` the
+    job goes back to `pending` with its attempt refunded and its generation
+    bumped: it did not fail, its worker went away. At the limit it goes to
+    `dead` with `CRASH_LOOP_ERROR`: a job that kills every worker that runs it
+    (a decoder segfault, an OOM kill) would otherwise loop across restarts
+    forever. The count is reset when an attempt ends normally (`ack_done`,
+    `ack_failed`, `ack_dead`), so only reclaims in a row add up.
+    """
+    crashes = jobs.c.reclaim_count + 1
+    looping = crashes >= RECLAIM_LIMIT
+    result = conn.execute(
+        update(jobs)
+        .where(jobs.c.state == RUNNING, jobs.c.leased_until < func.now())
+        .values(
+            state=case((looping, DEAD), else_=PENDING),
+            # The crashing attempt stays counted on a dead row; a give-back refunds it.
+            attempts=case((looping, jobs.c.attempts), else_=func.greatest(jobs.c.attempts - 1, 0)),
+            reclaim_count=crashes,
+            lease_generation=jobs.c.lease_generation + 1,
+            leased_until=None,
+            last_error=case((looping, literal(CRASH_LOOP_ERROR)), else_=jobs.c.last_error),
+            updated_at=func.now(),
+        )
+        .returning(
+            jobs.c.id,
+            jobs.c.state,
+            jobs.c.payload,
+            jobs.c.attempts,
+            jobs.c.max_attempts,
+            jobs.c.lease_generation,
+        )
+    )
+    given_back: list[uuid.UUID] = []
+    dead: list[Lease] = []
+    for row in result:
+        if row.state != "dead":
+            given_back.append(row.id)
+            continue
+        logger.error("job %s moved to dead: %s", row.id, CRASH_LOOP_ERROR)
+        try:
+            payload = decode_payload(row.payload)
+        except PayloadError:
+            continue  # nothing more to record for a payload nobody can read
+        dead.append(
+            Lease(
+                id=row.id,
+                payload=payload,
+                attempts=row.attempts,
+                max_attempts=row.max_attempts,
+                lease_generation=row.lease_generation,
+            )
+        )
+    if given_back:
+        logger.warning(
+            "reclaimed %d orphaned job(s) with expired leases: %s",
+            len(given_back),
+            ", ".join(str(job_id) for job_id in given_back[:20]),
+        )
+    return Reclaim(given_back, dead)
+
+
 def reclaim_orphaned(conn: Conn) -> int:
-    """Give back every running job whose lease has expired; returns how many.
+    """`reclaim_expired`, counted: how many expired leases were taken back
+    (given back to `pending`, or dead-lettered as crash loops).
 
     Meant for worker start-up: the attempt is refunded because the job did
     not fail, its worker went away.
     """
-    result = conn.execute(
-        update(jobs)
-        .where(jobs.c.state == RUNNING, jobs.c.leased_until < func.now())
-        .values(**_give_back_values())
-        .returning(jobs.c.id)
-    )
-    reclaimed = [row.id for row in result]
-    if reclaimed:
-        logger.warning(
-            "reclaimed %d orphaned job(s) with expired leases: %s",
-            len(reclaimed),
-            ", ".join(str(job_id) for job_id in reclaimed[:20]),
-        )
-    return len(reclaimed)
+    return len(reclaim_expired(conn))
 
 
 def reap_done(conn: Conn, retention_days: int) -> int:
@@ -403,8 +487,11 @@ def reap_done(conn: Conn, retention_days: int) -> int:
 
 __all__ = [
     "WAKEUP_CHANNEL",
+    "CRASH_LOOP_ERROR",
+    "RECLAIM_LIMIT",
     "Conn",
     "Lease",
+    "Reclaim",
     "ack_dead",
     "ack_done",
     "ack_failed",
@@ -414,6 +501,7 @@ __all__ = [
     "lease_kinds",
     "payload_field",
     "reap_done",
+    "reclaim_expired",
     "reclaim_orphaned",
     "release",
     "release_unowned",
