@@ -64,6 +64,9 @@ def prepare_image(
     """
     if max_side_px < 1:
         raise ValueError(f"max_side_px must be >= 1, got {max_side_px}")
+    if not data:
+        # Pillow would only say it "cannot identify" a BytesIO object.
+        raise ImageError("cannot decode page image: the file is empty (0 bytes)")
     try:
         # Image.open reads only the header; it raises DecompressionBombError itself
         # for images past twice Pillow's limit. Under a host's `-W error` the

@@ -61,6 +61,12 @@ class ReadinessGate:
             self._ready = ready
             return ready
 
+    def recheck(self) -> None:
+        """Forget a fresh ready answer, so the next `check` probes again: after a
+        failed attempt, the server may have gone down within the freshness window."""
+        with self._lock:
+            self._checked_at = float("-inf")
+
     def wait_ready(self, stop: threading.Event) -> bool:
         while not stop.is_set():
             if self.check():

@@ -1,0 +1,117 @@
+"""A small TCP proxy on 127.0.0.1 for fault tests: it counts the connections
+a client opens (so a test can tell a reconnecting worker from a spinning one)
+and can pause the bytes in flight (a network that stalls without closing).
+
+`TcpProxy(target_port)` forwards `127.0.0.1:<port>` to `127.0.0.1:<target_port>`:
+    `start()` / `stop()`   also a context manager; `stop()` closes every connection
+    `port`                 where it listens
+    `connections`          connections accepted so far
+    `refused`              of those, how many found the target not listening
+    `pause()` / `resume()` hold / release every byte in both directions; while
+                           paused, new connections are accepted but stall too
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+from types import TracebackType
+
+_CHUNK = 65536
+
+
+class TcpProxy:
+    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
+        self._target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port: int = self._listener.getsockname()[1]
+        self.connections = 0
+        self.refused = 0
+        self._lock = threading.Lock()
+        self._flowing = threading.Event()
+        self._flowing.set()
+        self._stopping = threading.Event()
+        self._sockets: set[socket.socket] = set()
+        self._thread = threading.Thread(target=self._accept, name="tcp-proxy", daemon=True)
+
+    def start(self) -> TcpProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._flowing.set()
+        # shutdown() wakes the accept() blocked in the proxy thread; close() alone may not.
+        for sock in [self._listener, *self._snapshot()]:
+            _close(sock)
+        self._thread.join(5)
+
+    def __enter__(self) -> TcpProxy:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def pause(self) -> None:
+        self._flowing.clear()
+
+    def resume(self) -> None:
+        self._flowing.set()
+
+    def _snapshot(self) -> list[socket.socket]:
+        with self._lock:
+            return list(self._sockets)
+
+    def _accept(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            with self._lock:
+                self.connections += 1
+            threading.Thread(target=self._connect, args=(client,), daemon=True).start()
+
+    def _connect(self, client: socket.socket) -> None:
+        try:
+            upstream = socket.create_connection(self._target, timeout=5)
+        except OSError:
+            with self._lock:
+                self.refused += 1
+            _close(client)
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._sockets.update((client, upstream))
+        threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
+        self._pump(upstream, client)
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while True:
+                data = source.recv(_CHUNK)
+                if not data:
+                    break
+                self._flowing.wait()
+                if self._stopping.is_set():
+                    break
+                sink.sendall(data)
+        except OSError:
+            pass  # a side closed: tear down both
+        finally:
+            for sock in (source, sink):
+                _close(sock)
+            with self._lock:
+                self._sockets.difference_update((source, sink))
+
+
+def _close(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()

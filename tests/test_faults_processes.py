@@ -1,0 +1,275 @@
+"""Fault tests with real processes: a worker killed with SIGKILL, Postgres
+stopped and started under a running worker, and four worker processes on one
+queue. Each prints its figures (`-s` shows them) for the issue's record."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from pytest_postgresql.executors import PostgreSQLExecutor
+from sqlalchemy import text
+
+from app.db import make_engine
+from app.migrations import upgrade_head
+from app.queue import request_analysis
+from tests.conftest import PG_CTL_WRAPPER
+from tests.helpers import count, make_page, wait_until
+from tests.tcp_proxy import TcpProxy
+from tests.test_cli import _env, start_worker, stop_worker
+from tests.vision_server import Reply, analysis_content, ok_answer
+from tests.worker_support import png_bytes
+
+pytestmark = pytest.mark.slow
+
+
+def _figures(name: str, **figures: object) -> None:
+    print(f"\n[fault figures] {name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def _pages(engine, storage: Path, n: int) -> list:
+    storage.mkdir(exist_ok=True)
+    (storage / "page.png").write_bytes(png_bytes())
+    with engine.begin() as conn:
+        pages = [make_page(conn, storage_key="page.png", page_number=i) for i in range(n)]
+        return [request_analysis(conn, page) for page in pages]
+
+
+# --- SIGKILL mid-dispatch ----------------------------------------------------
+
+
+def test_sigkill_mid_dispatch_costs_no_attempt_and_writes_one_result(
+    database_url, engine, vision_server, tmp_path
+):
+    storage = tmp_path / "storage"
+    (job_id,) = _pages(engine, storage, 1)
+    hold = threading.Event()
+    vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
+    env = _env(database_url, vision_server.url, storage, LEASE_SECONDS="1", ANALYSIS_WORKERS="1")
+
+    first = start_worker(env, tmp_path)
+    try:
+        vision_server.wait_for_requests(1, timeout=30)
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=10)
+    finally:
+        if first.poll() is None:
+            first.kill()
+    assert first.returncode == -signal.SIGKILL
+    with engine.connect() as conn:
+        killed = conn.execute(
+            text("SELECT state, attempts, lease_generation FROM crawler_jobs WHERE id = :id"),
+            {"id": job_id},
+        ).one()
+    assert tuple(killed) == ("running", 1, 1)
+    # Nobody renews the lease any more: wait until it has run out.
+    wait_until(
+        lambda: count(
+            engine,
+            "SELECT count(*) FROM crawler_jobs WHERE id = :id AND leased_until < now()",
+            id=job_id,
+        ),
+        timeout=15,
+    )
+
+    second = start_worker(env, tmp_path)
+    try:
+        wait_until(
+            lambda: count(
+                engine,
+                "SELECT count(*) FROM crawler_jobs WHERE state = 'done' AND id = :id",
+                id=job_id,
+            ),
+            timeout=30,
+        )
+    finally:
+        code, output = stop_worker(second)
+        hold.set()
+    assert code == 0, output
+    assert "reclaimed 1 orphaned job" in output
+    with engine.connect() as conn:
+        job = conn.execute(text("SELECT * FROM crawler_jobs WHERE id = :id"), {"id": job_id}).one()
+        rows = conn.execute(text("SELECT status FROM page_analysis")).scalars().all()
+    # Leased (1), reclaimed with the attempt refunded (2), leased again (3).
+    assert (job.state, job.attempts, job.lease_generation, job.reclaim_count) == ("done", 1, 3, 0)
+    assert rows == ["done"]
+    assert len(vision_server.requests) == 2
+    _figures("sigkill", jobs=1, kills=1, restarts=1, attempts=job.attempts, results=len(rows))
+
+
+# --- Postgres restarted under a running worker --------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def own_postgres(tmp_path) -> Iterator[PostgreSQLExecutor]:
+    """A Postgres cluster of this test's own, so stopping it disturbs no other test."""
+    base = tmp_path / "own-pg"
+    base.mkdir()
+    executor = PostgreSQLExecutor(
+        executable=str(PG_CTL_WRAPPER),
+        host="127.0.0.1",
+        port=_free_port(),
+        datadir=str(base / "data"),
+        unixsocketdir=str(base),
+        logfile=str(base / "postgresql.log"),
+        startparams="-w",
+        dbname="faults",
+        postgres_options="-c fsync=off -c synchronous_commit=off",
+    )
+    executor.start()
+    try:
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=executor.port,
+            user=executor.user,
+            dbname="postgres",
+            autocommit=True,
+        ) as conn:
+            conn.execute("CREATE DATABASE faults")
+        yield executor
+    finally:
+        executor.stop()
+        executor.clean_directory()
+
+
+def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tmp_path):
+    jobs, outage_seconds = 40, 3.0
+    direct = f"postgresql+psycopg://{own_postgres.user}@127.0.0.1:{own_postgres.port}/faults"
+    upgrade_head(direct)
+    engine = make_engine(direct)
+    proxy = TcpProxy(own_postgres.port).start()
+    vision_server.default = Reply(body=ok_answer(analysis_content()).body, delay=0.1)
+    try:
+        _pages(engine, tmp_path / "storage", jobs)
+        proxied = direct.replace(f":{own_postgres.port}/", f":{proxy.port}/")
+        env = _env(proxied, vision_server.url, tmp_path / "storage", LEASE_SECONDS="3")
+        worker = start_worker(env, tmp_path)
+        try:
+            done = "SELECT count(*) FROM crawler_jobs WHERE state = 'done'"
+            wait_until(lambda: count(engine, done) >= 8, timeout=30)
+            engine.dispose()
+            own_postgres.stop()
+            down_at, before = time.monotonic(), proxy.connections
+            # The outage itself: this long, the worker must wait without spinning.
+            time.sleep(outage_seconds)
+            during = proxy.connections - before
+            assert worker.poll() is None, "the worker died with the database"
+            own_postgres.start()
+            up_at = time.monotonic()
+            wait_until(lambda: count(engine, done) == jobs, timeout=60, interval=0.2)
+            recovered_in = time.monotonic() - up_at
+        finally:
+            code, output = stop_worker(worker)
+        with engine.connect() as conn:
+            states = collections.Counter(
+                conn.execute(text("SELECT state FROM crawler_jobs")).scalars().all()
+            )
+            results = conn.execute(
+                text("SELECT count(*) FROM page_analysis WHERE status = 'done'")
+            ).scalar_one()
+            attempts = conn.execute(text("SELECT sum(attempts) FROM crawler_jobs")).scalar_one()
+    finally:
+        proxy.stop()
+        engine.dispose()
+
+    assert code == 0, output
+    assert states == {"done": jobs} and results == jobs
+    assert output.count("database unreachable") == 1, output
+    assert output.count("database reachable again") == 1, output
+    assert "Traceback" not in output, output
+    # Backoff, not a spin: a few tries per thread over the outage, not hundreds.
+    assert 1 <= during <= 30, f"{during} connection attempts in {outage_seconds} s"
+    _figures(
+        "postgres restart",
+        jobs=jobs,
+        restarts=1,
+        outage_s=round(up_at - down_at, 1),
+        connection_attempts_during_outage=during,
+        refused=proxy.refused,
+        total_connections=proxy.connections,
+        attempts=attempts,
+        recovered_in_s=round(recovered_in, 1),
+    )
+
+
+# --- many processes, one queue ------------------------------------------------
+
+
+def test_four_processes_of_four_threads_run_every_job_exactly_once(database_url, engine, tmp_path):
+    jobs, processes, threads = 3000, 4, 4
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO crawler_jobs (payload) SELECT jsonb_build_object("
+                "'kind', 'sync_manga', 'source_id', 'faults', 'source_manga_key', 'm' || n) "
+                "FROM generate_series(1, :n) AS n"
+            ),
+            {"n": jobs},
+        )
+    logs = [tmp_path / f"worker-{i}.log" for i in range(processes)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.fault_worker", database_url, str(log), str(threads)],
+            env=env,
+            cwd=Path(__file__).resolve().parent.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for log in logs
+    ]
+    started = time.monotonic()
+    try:
+        wait_until(
+            lambda: count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done'") == jobs,
+            timeout=90,
+            interval=0.2,
+        )
+        elapsed = time.monotonic() - started
+    finally:
+        outputs = [stop_worker(worker, signal.SIGTERM) for worker in workers]
+    assert all(code == 0 for code, _ in outputs), outputs
+
+    runs = collections.Counter()
+    per_process = []
+    for log in logs:
+        ids = log.read_text().split()
+        per_process.append(len(ids))
+        runs.update(ids)
+    with engine.connect() as conn:
+        all_ids = {str(i) for i in conn.execute(text("SELECT id FROM crawler_jobs")).scalars()}
+        states = collections.Counter(
+            conn.execute(text("SELECT state FROM crawler_jobs")).scalars().all()
+        )
+    duplicates = sum(n - 1 for n in runs.values() if n > 1)
+    lost = all_ids - set(runs)
+    assert states == {"done": jobs}
+    assert duplicates == 0 and not lost and set(runs) == all_ids
+    assert all(n > 0 for n in per_process), per_process  # every process took part
+    _figures(
+        "many processes",
+        jobs=jobs,
+        processes=processes,
+        threads=threads,
+        per_process=per_process,
+        duplicates=duplicates,
+        lost=len(lost),
+        seconds=round(elapsed, 1),
+    )
