@@ -116,6 +116,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _wait_accepting(executor: PostgreSQLExecutor) -> None:
+    """Until a connection works: `start()` returns once the port is open, and
+    `pg_ctl status` says "running" while the server still refuses ("starting up")."""
+
+    def accepting() -> bool:
+        try:
+            psycopg.connect(
+                host="127.0.0.1", port=executor.port, user=executor.user, dbname="postgres"
+            ).close()
+        except psycopg.OperationalError:
+            return False
+        return True
+
+    wait_until(accepting, timeout=60, interval=0.1)
+
+
 @pytest.fixture
 def own_postgres(tmp_path) -> Iterator[PostgreSQLExecutor]:
     """A Postgres cluster of this test's own, so stopping it disturbs no other test."""
@@ -133,6 +149,7 @@ def own_postgres(tmp_path) -> Iterator[PostgreSQLExecutor]:
         postgres_options="-c fsync=off -c synchronous_commit=off",
     )
     executor.start()
+    _wait_accepting(executor)
     try:
         with psycopg.connect(
             host="127.0.0.1",
@@ -171,6 +188,7 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
             during = proxy.connections - before
             assert worker.poll() is None, "the worker died with the database"
             own_postgres.start()
+            _wait_accepting(own_postgres)
             up_at = time.monotonic()
             wait_until(lambda: count(engine, done) == jobs, timeout=60, interval=0.2)
             recovered_in = time.monotonic() - up_at
