@@ -211,6 +211,9 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
     assert output.count("database unreachable") == 1, output
     assert output.count("database reachable again") == 1, output
     assert "Traceback" not in output, output
+    # The outage, a line per job whose result it kept out, and not a line per retry.
+    complaints = [line for line in output.splitlines() if " WARNING " in line or " ERROR " in line]
+    assert len(complaints) <= 8, "\n".join(complaints)
     # Backoff, not a spin: a few tries per thread over the outage, not hundreds.
     assert 1 <= during <= 30, f"{during} connection attempts in {outage_seconds} s"
     _figures(
@@ -220,6 +223,7 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
         outage_s=round(up_at - down_at, 1),
         connection_attempts_during_outage=during,
         refused=proxy.refused,
+        warning_lines=len(complaints),
         total_connections=proxy.connections,
         attempts=attempts,
         recovered_in_s=round(recovered_in, 1),
