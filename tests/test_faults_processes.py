@@ -214,8 +214,9 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
     # The outage, a line per job whose result it kept out, and not a line per retry.
     complaints = [line for line in output.splitlines() if " WARNING " in line or " ERROR " in line]
     assert len(complaints) <= 8, "\n".join(complaints)
-    # Backoff, not a spin: a few tries per thread over the outage, not hundreds.
-    assert 1 <= during <= 30, f"{during} connection attempts in {outage_seconds} s"
+    # Backoff, not a spin: a few tries per thread (lease loop, heartbeat, each job
+    # writing its result...) over the outage; a spin would make thousands.
+    assert 1 <= during <= 60, f"{during} connection attempts in {outage_seconds} s"
     _figures(
         "postgres restart",
         jobs=jobs,
