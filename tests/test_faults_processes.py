@@ -107,6 +107,49 @@ def test_sigkill_mid_dispatch_costs_no_attempt_and_writes_one_result(
     _figures("sigkill", jobs=1, kills=1, restarts=1, attempts=job.attempts, results=len(rows))
 
 
+def test_a_page_that_kills_its_worker_three_times_is_dead_lettered(
+    database_url, engine, vision_server, tmp_path
+):
+    """The crash loop for real: each worker takes the page and dies (SIGKILL
+    stands in for a decoder segfault); the third reclaim dead-letters it."""
+    storage = tmp_path / "storage"
+    (job_id,) = _pages(engine, storage, 1)
+    hold = threading.Event()  # the model never answers: every worker dies mid-dispatch
+    vision_server.default = Reply(body=ok_answer(analysis_content()).body, block=hold)
+    env = _env(database_url, vision_server.url, storage, LEASE_SECONDS="1", ANALYSIS_WORKERS="1")
+    expired = "SELECT count(*) FROM crawler_jobs WHERE id = :id AND leased_until < now()"
+    try:
+        for kill in (1, 2, 3):
+            worker = start_worker(env, tmp_path)
+            try:
+                vision_server.wait_for_requests(kill, timeout=30)
+                worker.send_signal(signal.SIGKILL)
+                worker.communicate(timeout=10)
+            finally:
+                if worker.poll() is None:
+                    worker.kill()
+            wait_until(lambda: count(engine, expired, id=job_id), timeout=15)
+        last = start_worker(env, tmp_path)
+        try:
+            wait_until(
+                lambda: count(engine, "SELECT count(*) FROM page_analysis WHERE status = 'failed'"),
+                timeout=30,
+            )
+        finally:
+            code, output = stop_worker(last)
+    finally:
+        hold.set()
+    assert code == 0, output
+    with engine.connect() as conn:
+        job = conn.execute(text("SELECT * FROM crawler_jobs WHERE id = :id"), {"id": job_id}).one()
+        analysis = conn.execute(text("SELECT status, error FROM page_analysis")).one()
+    assert (job.state, job.reclaim_count, job.attempts) == ("dead", 3, 1)
+    assert "reclaimed from a dead worker 3 times" in job.last_error
+    assert analysis.status == "failed" and analysis.error == job.last_error
+    assert "moved to dead" in output and len(vision_server.requests) == 3
+    _figures("crash loop", jobs=1, kills=3, restarts=3, reclaims=job.reclaim_count, dead=1)
+
+
 # --- Postgres restarted under a running worker --------------------------------
 
 
