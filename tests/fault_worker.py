@@ -61,6 +61,8 @@ def main(argv: list[str]) -> int:
     runner = Runner(engine, [CountingHandler(fd)], workers=threads, idle_poll=0.05, name="counting")
     try:
         runner.start()
+        with open(log_file + ".ready", "w"):
+            pass  # the test enqueues once every process is up
         stopping.wait()
         runner.stop()
         runner.join(10)

@@ -279,15 +279,6 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
 
 def test_four_processes_of_four_threads_run_every_job_exactly_once(database_url, engine, tmp_path):
     jobs, processes, threads = 3000, 4, 4
-    with engine.begin() as conn:
-        conn.execute(
-            text(
-                "INSERT INTO crawler_jobs (payload) SELECT jsonb_build_object("
-                "'kind', 'sync_manga', 'source_id', 'faults', 'source_manga_key', 'm' || n) "
-                "FROM generate_series(1, :n) AS n"
-            ),
-            {"n": jobs},
-        )
     logs = [tmp_path / f"worker-{i}.log" for i in range(processes)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     workers = [
@@ -301,6 +292,22 @@ def test_four_processes_of_four_threads_run_every_job_exactly_once(database_url,
         )
         for log in logs
     ]
+    try:
+        # All four compete from the first job on (and none is stopped half started).
+        wait_until(lambda: all(Path(f"{log}.ready").exists() for log in logs), timeout=60)
+    except AssertionError:
+        for worker in workers:
+            worker.kill()
+        raise
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO crawler_jobs (payload) SELECT jsonb_build_object("
+                "'kind', 'sync_manga', 'source_id', 'faults', 'source_manga_key', 'm' || n) "
+                "FROM generate_series(1, :n) AS n"
+            ),
+            {"n": jobs},
+        )
     started = time.monotonic()
     try:
         wait_until(

@@ -486,9 +486,9 @@ def reap_done(conn: Conn, retention_days: int) -> int:
 
 
 __all__ = [
-    "WAKEUP_CHANNEL",
     "CRASH_LOOP_ERROR",
     "RECLAIM_LIMIT",
+    "WAKEUP_CHANNEL",
     "Conn",
     "Lease",
     "Reclaim",

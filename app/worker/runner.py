@@ -38,9 +38,15 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.errors import DispatchTimeout, ServiceError
-from app.queue.jobs import reap_done, reclaim_orphaned
+from app.queue.jobs import reap_done
 from app.worker.acker import Acker
-from app.worker.dbsession import DatabaseUnavailable, is_transient_db_error, runner_outage
+from app.worker.crashloop import reclaim_at_start
+from app.worker.dbsession import (
+    DatabaseUnavailable,
+    is_transient_db_error,
+    runner_outage,
+    short_error,
+)
 from app.worker.events import EventBus
 from app.worker.handler import JobContext, JobHandler
 from app.worker.heartbeat import Heartbeat
@@ -185,11 +191,7 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        try:
-            with self._engine.begin() as conn:
-                reclaim_orphaned(conn)
-        except SQLAlchemyError as exc:
-            logger.warning("could not reclaim orphaned jobs at start-up: %s", exc)
+        self._reclaim_at_start()
         self._last_reap = time.monotonic() - REAP_EVERY_SECONDS
         self._pool = [self._spawn_pool_thread(slot) for slot in range(self.workers)]
         self._start_role("acker", self._acker.run)
@@ -197,6 +199,29 @@ class Runner:
         if self.listen:
             self._start_role("listener", self._listener.run)
         self._start_role("lease", self._lease_loop.run)
+
+    def _reclaim_at_start(self) -> None:
+        """Take back the jobs of workers that died; crash loops dead-lettered here
+        get their failure recorded by their handler and reported like a last attempt."""
+        try:
+            crash_loops = reclaim_at_start(self._engine, self._handlers)
+        except SQLAlchemyError as exc:
+            logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
+            return
+        for loop in crash_loops:
+            lease = loop.lease
+            self._outcomes.notify_observer("job_finished", lease.payload.kind, "dead", 0.0)
+            handler = self._handlers.get(lease.payload.kind)
+            if handler is None or loop.breadcrumb is None:
+                continue
+            self._outcomes.publish(
+                "failed",
+                InFlight(lease, handler, breadcrumb=loop.breadcrumb),
+                attempt=lease.attempts,
+                max_attempts=lease.max_attempts,
+                will_retry=False,
+                error=loop.error,
+            )
 
     def stop(self) -> None:
         """Ask the runner to stop; returns at once."""
@@ -379,6 +404,10 @@ class Runner:
         if not isinstance(error, ServiceError):
             logger.error("%s: unexpected error in dispatch", ctx.label, exc_info=error)
         self._outcomes.fail(job, ctx, message, permanent=is_permanent(error))
+        if self._readiness is not None and not is_permanent(error):
+            # A failed attempt may mean the model server just went down: ask it
+            # before the next lease instead of trusting the last ready answer.
+            self._readiness.recheck()
 
     def _acked(self, job: InFlight, written: bool) -> None:
         try:
