@@ -162,7 +162,8 @@ def _analyzer_label(settings: Settings) -> str:
     if settings.backend == "ocr":
         return "ocr (in-process rapidocr, no model server)"
     return (
-        f"http {settings.vision_url} (model {settings.vision_model}, health {settings.health_url})"
+        f"http {settings.vision_url} (model {settings.vision_model}, "
+        f"health {settings.health_url})"
     )
 
 
