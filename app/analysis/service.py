@@ -9,16 +9,18 @@ until they are loaded and warmed up).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
+from typing import Protocol
 
 from sqlalchemy import Engine
 
 from app.analysis.dispatcher import PageAnalysisHandler
 from app.analysis.events import analysis_event_bus
 from app.analysis.ocr import OcrAnalyzer
-from app.analysis.vision import VisionClient
+from app.analysis.vision import VisionClient, VisionObserver
 from app.config import Settings
 from app.db import make_engine
 from app.storage import LocalStorage
@@ -26,6 +28,8 @@ from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
 from app.worker.readiness import ReadinessGate
 from app.worker.runner import Runner
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -36,8 +40,12 @@ def analysis_runner(
     vision: VisionClient | OcrAnalyzer | None = None,
     events: EventBus | None = None,
     observer: RunnerObserver | None = None,
+    vision_observer: AnalysisObserver | None = None,
 ) -> Iterator[Runner]:
     """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit.
+
+    `vision_observer` hears every readiness probe of the gate (whatever the
+    backend), and every request of a vision client built here.
 
     With the `ocr` backend, a missing model raises `OcrModelMissing` here, and
     a model that fails to load stops the runner and raises `OcrModelError`
@@ -51,7 +59,7 @@ def analysis_runner(
             if settings.backend == "ocr":
                 vision = OcrAnalyzer()
             else:
-                vision = VisionClient.from_settings(settings)
+                vision = VisionClient.from_settings(settings, observer=vision_observer)
             owned.callback(vision.close)
         handler = PageAnalysisHandler(
             storage=LocalStorage(settings.storage_root),
@@ -60,7 +68,9 @@ def analysis_runner(
             max_side_px=settings.vision_max_side_px,
         )
         gate = ReadinessGate(
-            vision.is_ready, url=vision.health_url, poll_seconds=settings.readiness_poll_seconds
+            _reporting(vision.is_ready, vision_observer),
+            url=vision.health_url,
+            poll_seconds=settings.readiness_poll_seconds,
         )
         runner = Runner(
             engine,
@@ -82,3 +92,29 @@ def analysis_runner(
         yield runner
         if isinstance(vision, OcrAnalyzer) and vision.load_error is not None:
             raise vision.load_error
+
+
+class AnalysisObserver(VisionObserver, Protocol):
+    """A `VisionObserver` that also hears the readiness gate's probes (for `vision_ready`)."""
+
+    def vision_probed(self, ready: bool) -> None:
+        """The gate probed the analyzer (`ready`: it may lease). Quick, thread-safe;
+        whatever it raises is logged and ignored."""
+        ...
+
+
+def _reporting(
+    probe: Callable[[], bool], observer: AnalysisObserver | None
+) -> Callable[[], bool]:
+    if observer is None:
+        return probe
+
+    def reported() -> bool:
+        ready = probe()
+        try:
+            observer.vision_probed(ready)
+        except Exception:
+            logger.exception("vision observer failed in vision_probed")
+        return ready
+
+    return reported

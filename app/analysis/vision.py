@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 import requests
 from tenacity import RetryCallState, Retrying, retry_if_exception_type
@@ -63,6 +63,7 @@ __all__ = [
     "USER_PROMPT",
     "Analysis",
     "VisionClient",
+    "VisionObserver",
     "VisionResult",
     "parse_analysis",
 ]
@@ -73,6 +74,17 @@ SCHEMA_NAME: Final = "page_analysis"
 """`response_format.json_schema.name` sent with every request."""
 HEALTH_TIMEOUT_SECONDS: Final = 2.0
 """Connect and read timeout of one readiness probe."""
+
+
+class VisionObserver(Protocol):
+    """What a `VisionClient` reports, for metrics. Called on the caller's thread:
+    must be quick and thread-safe; whatever it raises is logged and ignored."""
+
+    def vision_request(self, duration_seconds: float, status: str) -> None:
+        """One HTTP request (each retry is one) ended. `status` is the HTTP status
+        (`"200"`, `"503"`), or `"timeout"`, `"connection_error"`, `"error"` when no
+        answer came, or `"bad_body"` for a 2xx whose body is not a JSON object."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -111,6 +123,7 @@ class VisionClient:
         retry_initial_seconds: float = 0.5,
         retry_max_seconds: float = 10.0,
         retry_jitter: float = 0.5,
+        observer: VisionObserver | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -126,12 +139,17 @@ class VisionClient:
         self.retry_max_seconds = retry_max_seconds
         self.retry_jitter = min(max(retry_jitter, 0.0), 1.0)
         self._api_key = api_key
+        self._observer = observer
         self._owns_session = session is None
         self._session = session if session is not None else requests.Session()
 
     @classmethod
     def from_settings(
-        cls, settings: Settings, *, session: requests.Session | None = None
+        cls,
+        settings: Settings,
+        *,
+        session: requests.Session | None = None,
+        observer: VisionObserver | None = None,
     ) -> VisionClient:
         """A client configured from the `VISION_*` settings; `ValueError` without `VISION_URL`."""
         if not settings.vision_url:
@@ -145,6 +163,7 @@ class VisionClient:
             connect_timeout=settings.vision_connect_timeout_seconds,
             read_timeout=settings.vision_read_timeout_seconds,
             session=session,
+            observer=observer,
         )
 
     def __repr__(self) -> str:
@@ -179,6 +198,14 @@ class VisionClient:
             # caller deciding whether to lease work: not ready.
             log.debug("vision readiness probe %s failed: %s", self.health_url, exc)
             return False
+
+    def _notify(self, method: str, *args: Any) -> None:
+        if self._observer is None:
+            return
+        try:
+            getattr(self._observer, method)(*args)
+        except Exception:
+            log.exception("vision observer failed in %s", method)
 
     def request_body(self, image: PreparedImage) -> dict[str, Any]:
         """The JSON body `analyze` posts for `image`."""
@@ -306,6 +333,17 @@ class VisionClient:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DispatchTimeout(f"analysis dispatch{label} timed out before the request")
+        started = time.monotonic()
+        outcome = ["error"]
+        try:
+            return self._post(body, remaining=remaining, label=label, outcome=outcome)
+        finally:
+            self._notify("vision_request", time.monotonic() - started, outcome[0])
+
+    def _post(
+        self, body: bytes, *, remaining: float, label: str, outcome: list[str]
+    ) -> dict[str, Any]:
+        """The request of `_attempt`; sets `outcome[0]` to the status it reports."""
         connect_timeout = min(self.connect_timeout, remaining)
         read_timeout = min(self.read_timeout, remaining)
         headers = self._headers()
@@ -320,6 +358,7 @@ class VisionClient:
             )
         except requests.ConnectTimeout as exc:
             # Subclass of both ConnectionError and Timeout: must come first.
+            outcome[0] = "timeout"
             if connect_timeout < self.connect_timeout:
                 raise DispatchTimeout(
                     f"analysis dispatch{label} timed out connecting to {self.chat_url}"
@@ -328,6 +367,7 @@ class VisionClient:
                 f"cannot connect to {self.chat_url} within {connect_timeout:g} s"
             ) from exc
         except requests.Timeout as exc:
+            outcome[0] = "timeout"
             if read_timeout < self.read_timeout:
                 raise DispatchTimeout(
                     f"analysis dispatch{label} timed out waiting {read_timeout:.1f} s "
@@ -337,12 +377,14 @@ class VisionClient:
                 f"no answer within the {read_timeout:g} s read timeout"
             ) from exc
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+            outcome[0] = "connection_error"
             raise VisionUnavailable(f"cannot reach {self.chat_url}: {exc}") from exc
         except requests.RequestException as exc:
             raise VisionError(f"vision request to {self.chat_url} failed: {exc}") from exc
 
         with response:
             status = response.status_code
+            outcome[0] = str(status)
             if status == 429 or status >= 500:
                 raise VisionUnavailable(
                     f"vision server answered {status}: {error_message(response)}",
@@ -358,9 +400,11 @@ class VisionClient:
             try:
                 payload = response.json()
             except ValueError:
+                outcome[0] = "bad_body"
                 excerpt = response.text[:ERROR_BODY_CHARS]
                 raise not_chat_completion(f"a body that is not JSON: {excerpt!r}") from None
         if not isinstance(payload, dict):
+            outcome[0] = "bad_body"
             raise not_chat_completion(f"JSON that is not an object: {type(payload).__name__}")
         return payload
 
