@@ -13,12 +13,11 @@ import os
 import signal
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, NoReturn
+from typing import NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
@@ -28,11 +27,6 @@ from app.config import Settings
 from app.db import database_url, make_engine
 from app.errors import ServiceError
 from app.logsetup import configure_logging
-
-if TYPE_CHECKING:
-    from sqlalchemy import Engine
-
-    from app.metrics import WorkerMetrics
 
 logger = logging.getLogger("app.cli")
 
@@ -110,14 +104,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _dispatch(args, settings)
     except OperationalError as exc:
-        _database_error(args.command, f"cannot reach the database: {_first_line(exc.orig)}")
-    except (StartupError, ServiceError) as exc:
-        # A start-up error, e.g. the `ocr` backend's model missing: no job was touched.
-        _database_error(args.command, str(exc))
+        _fatal(args.command, f"cannot reach the database: {_first_line(exc.orig)}")
+    except ServiceError as exc:
+        # A start-up error (the `ocr` backend's model missing, the metrics port
+        # taken): no job was touched.
+        _fatal(args.command, str(exc))
     except ProgrammingError as exc:
         if getattr(exc.orig, "sqlstate", None) != "42P01":  # undefined_table
             raise
-        _database_error(
+        _fatal(
             args.command,
             "the database has no job tables: run `python -m app migrate` (alembic upgrade head)",
         )
@@ -153,7 +148,7 @@ def _first_line(error: BaseException | None) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _database_error(command: str, message: str) -> None:  # also for other start-up errors
+def _fatal(command: str, message: str) -> None:
     """One line on stderr, no traceback: a log line for the worker, plain for the rest."""
     if command == "run-worker":
         logger.error("run-worker cannot start: %s", message)
@@ -252,48 +247,9 @@ def _analyzer_label(settings: Settings) -> str:
     )
 
 
-class StartupError(Exception):
-    """run-worker cannot start; the message says why (logged as one line, exit 1)."""
-
-
-def _worker_metrics(settings: Settings) -> WorkerMetrics | None:
-    if settings.metrics_port is None:
-        return None
-    from prometheus_client import CollectorRegistry
-
-    from app.metrics import WorkerMetrics
-    from app.queue import KIND_ANALYZE_PAGE
-
-    return WorkerMetrics(CollectorRegistry(), kinds=[KIND_ANALYZE_PAGE])
-
-
-@contextmanager
-def _serving_metrics(
-    settings: Settings, engine: Engine, metrics: WorkerMetrics | None
-) -> Iterator[None]:
-    """Serve /metrics (and sample the queue) for the block, when `METRICS_PORT` is set."""
-    if metrics is None or settings.metrics_port is None:
-        yield
-        return
-    from app.metrics import serve_metrics
-
-    host, port = settings.metrics_host, settings.metrics_port
-    try:
-        serving = serve_metrics(
-            engine, metrics, host=host, port=port, sample_seconds=settings.metrics_sample_seconds
-        )
-        bound = serving.__enter__()
-    except OSError as exc:
-        raise StartupError(f"cannot serve metrics on {host}:{port}: {exc}") from None
-    try:
-        logger.info("serving Prometheus metrics at http://%s:%d/metrics", host, bound)
-        yield
-    finally:
-        serving.__exit__(None, None, None)
-
-
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     from app.analysis.service import analysis_runner
+    from app.metrics import serving_metrics, worker_metrics
     from app.migrations import revisions, upgrade_head
 
     if migrate_first is None:
@@ -314,9 +270,9 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
             logger.info("applying migrations (%s -> %s)", revision, head)
             upgrade_head(url)
 
-        metrics = _worker_metrics(settings)
+        metrics = worker_metrics(settings)
         with (
-            _serving_metrics(settings, engine, metrics),
+            serving_metrics(settings, engine, metrics),
             analysis_runner(
                 settings, engine=engine, observer=metrics, vision_observer=metrics
             ) as runner,

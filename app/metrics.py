@@ -25,6 +25,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from app.admin import queue_stats
+from app.config import Settings
+from app.errors import ServiceError
+from app.queue.payloads import KIND_ANALYZE_PAGE
 from app.worker.observer import OUTCOMES
 
 logger = logging.getLogger(__name__)
@@ -230,3 +233,41 @@ def serve_metrics(
         server.shutdown()
         server.server_close()
         thread.join(5.0)
+
+
+class MetricsServerError(ServiceError):
+    """`/metrics` cannot be served (the port is taken, say); the worker does not start."""
+
+    retryable = False
+
+
+def worker_metrics(settings: Settings) -> WorkerMetrics | None:
+    """The page-analysis worker's metrics on a new registry; `None` when `METRICS_PORT`
+    is unset (then nothing is counted at all)."""
+    if settings.metrics_port is None:
+        return None
+    return WorkerMetrics(CollectorRegistry(), kinds=[KIND_ANALYZE_PAGE])
+
+
+@contextmanager
+def serving_metrics(
+    settings: Settings, engine: Engine, metrics: WorkerMetrics | None
+) -> Iterator[None]:
+    """`serve_metrics` configured from `METRICS_*` for the block (nothing when `metrics`
+    is `None`); logs the URL. `MetricsServerError` when the port cannot be bound."""
+    if metrics is None or settings.metrics_port is None:
+        yield
+        return
+    host, port = settings.metrics_host, settings.metrics_port
+    serving = serve_metrics(
+        engine, metrics, host=host, port=port, sample_seconds=settings.metrics_sample_seconds
+    )
+    try:
+        bound = serving.__enter__()
+    except OSError as exc:
+        raise MetricsServerError(f"cannot serve metrics on {host}:{port}: {exc}") from None
+    try:
+        logger.info("serving Prometheus metrics at http://%s:%d/metrics", host, bound)
+        yield
+    finally:
+        serving.__exit__(None, None, None)

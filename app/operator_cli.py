@@ -9,12 +9,10 @@ exactly the JSON body of the matching admin API route). Exit codes: 0 ok,
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 from sqlalchemy import Engine, func, select
 
@@ -28,6 +26,15 @@ from app.analysis.bulk import (
     missing_page_ids,
     request_many,
     target_page_ids,
+)
+from app.cli_format import (
+    Progress,
+    duration_text,
+    error,
+    print_json,
+    shorten,
+    table,
+    time_text,
 )
 from app.models import JOB_STATES
 from app.queue.jobs import jobs as jobs_table
@@ -324,7 +331,7 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
                     counts.add(request_many(conn, batch, force=args.force))
                 after = batch[-1]
                 if progress:
-                    progress.advance(len(batch), counts)
+                    progress.advance(len(batch), counts.enqueued, counts.skipped)
         else:
             target: Target = "page" if args.page else "chapter" if args.chapter else "manga"
             target_id: uuid.UUID = args.page or args.chapter or args.manga
@@ -337,7 +344,7 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
                 with engine.begin() as conn:
                     counts.add(request_many(conn, batch, force=args.force))
                 if progress:
-                    progress.advance(len(batch), counts)
+                    progress.advance(len(batch), counts.enqueued, counts.skipped)
     except NoSuchTarget as exc:
         error(str(exc))
         return EXIT_FAILED
@@ -361,77 +368,3 @@ def counts_text(counts: RequestCounts, *, force: bool) -> str:
     if counts.already_done:
         reasons.append(f"{counts.already_done} already analysed: add --force to redo")
     return text + (f" ({'; '.join(reasons)})" if reasons else "")
-
-
-class Progress:
-    """A one-line progress bar redrawn in place with `\\r`; only used on a terminal."""
-
-    WIDTH: Final = 30
-
-    def __init__(self, total: int, stream: TextIO) -> None:
-        self.total = total
-        self.done = 0
-        self._stream = stream
-        self._drawn = False
-
-    def advance(self, pages: int, counts: RequestCounts) -> None:
-        self.done += pages
-        share = min(self.done / self.total, 1.0) if self.total else 1.0
-        filled = int(self.WIDTH * share)
-        bar = "#" * filled + "." * (self.WIDTH - filled)
-        self._stream.write(
-            f"\r[{bar}] {self.done}/{self.total} pages, "
-            f"{counts.enqueued} enqueued, {counts.skipped} skipped"
-        )
-        self._stream.flush()
-        self._drawn = True
-
-    def finish(self) -> None:
-        if self._drawn:
-            self._stream.write("\n")
-            self._stream.flush()
-
-
-# --- output helpers -------------------------------------------------------------
-
-
-def print_json(body: Any) -> None:
-    print(json.dumps(body, ensure_ascii=False, indent=2))
-
-
-def error(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-
-
-def shorten(text: str, width: int) -> str:
-    """One line, at most `width` characters (an ellipsis marks a cut)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
-
-
-def time_text(iso: str) -> str:
-    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def duration_text(seconds: float) -> str:
-    whole = int(seconds)
-    if whole < 60:
-        return f"{seconds:.1f} s"
-    hours, rest = divmod(whole, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Any = ()) -> str:
-    """Aligned columns, two spaces apart; `numeric` column indexes are right-aligned."""
-    right = set(numeric)
-    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
-
-    def line(cells: Sequence[str]) -> str:
-        padded = [
-            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
-            for i, cell in enumerate(cells)
-        ]
-        return "  ".join(padded).rstrip()
-
-    return "\n".join([line(headers), *(line(row) for row in rows)])

@@ -7,6 +7,7 @@ import json
 import logging
 import re
 import signal
+import socket
 import subprocess
 import threading
 import time
@@ -25,7 +26,7 @@ from app.metrics import QueueSampler, WorkerMetrics, serve_metrics
 from app.queue import request_analysis
 from app.worker.logcontext import JobFieldsFilter, job_log_context
 from tests.helpers import make_page, wait_until
-from tests.test_cli import _env, listening, start_worker, wait_for
+from tests.test_cli import _env, listening, run_cli, start_worker, wait_for
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
 
@@ -285,3 +286,18 @@ class _JsonLines:
 
     def finish(self) -> None:
         self._thread.join(10)
+
+
+def test_run_worker_with_a_taken_metrics_port_says_so_and_exits_1(
+    database_url, vision_server, tmp_path
+):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = _env(database_url, vision_server.url, tmp_path, METRICS_PORT=str(port))
+        result = run_cli("run-worker", env=env, cwd=tmp_path)
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
+    assert len(errors) == 1 and f"cannot serve metrics on 127.0.0.1:{port}" in errors[0]
+    assert "Traceback" not in result.stderr
