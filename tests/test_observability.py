@@ -301,3 +301,36 @@ def test_run_worker_with_a_taken_metrics_port_says_so_and_exits_1(
     errors = [line for line in result.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1 and f"cannot serve metrics on 127.0.0.1:{port}" in errors[0]
     assert "Traceback" not in result.stderr
+
+
+def test_a_lost_heartbeat_is_counted(harness, vision_server):
+    metrics = WorkerMetrics(CollectorRegistry(), kinds=["analyze_page"])
+    page = harness.add_page(png_bytes())
+    job_id = harness.request(page)
+    hold = threading.Event()
+    vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
+
+    def lost() -> float | None:
+        return metrics.registry.get_sample_value(
+            "queue_heartbeats_lost_total", {"kind": "analyze_page"}
+        )
+
+    try:
+        with harness.running(observer=metrics, lease_seconds=0.6):
+            vision_server.wait_for_requests(1, timeout=10)
+            # Another worker took the job over: the next heartbeat finds its lease gone.
+            with harness.engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "UPDATE crawler_jobs SET lease_generation = lease_generation + 1 "
+                        "WHERE id = :id"
+                    ),
+                    {"id": job_id},
+                )
+            wait_until(lambda: lost() == 1, timeout=10)
+    finally:
+        hold.set()
+    assert lost() == 1
+    assert metrics.registry.get_sample_value(
+        "queue_jobs_completed_total", {"kind": "analyze_page", "outcome": "done"}
+    ) == 0
