@@ -149,11 +149,12 @@ def _first_line(error: BaseException | None) -> str:
 
 
 def _fatal(command: str, message: str) -> None:
-    """One line on stderr, no traceback: a log line for the worker, plain for the rest."""
-    if command == "run-worker":
-        logger.error("run-worker cannot start: %s", message)
-    else:
+    """One line on stderr, no traceback: plain for the operator commands, a log line
+    (text or JSON, as configured) for the commands that log as they go."""
+    if command in OPERATOR_COMMANDS:
         print(f"error: {message}", file=sys.stderr)
+    else:
+        logger.error("%s failed: %s", command, message)
 
 
 def _safe_url(url: str) -> str:

@@ -21,6 +21,7 @@ from app import admin
 from app.queue import request_analysis
 from tests.helpers import count, expire_lease, insert_raw_job, make_page
 from tests.test_cli import run_cli
+from tests.worker_support import png_bytes
 
 LONG_ERROR = "vision server answered 503: " + "model is loading, please wait " * 10
 
@@ -420,6 +421,27 @@ def test_bad_usage_exits_2_and_says_what_to_do(tmp_path, args, hint):
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["jobs"],
+        ["jobs", "stats"],
+        ["jobs", "list"],
+        ["jobs", "retry"],
+        ["jobs", "reap"],
+        ["jobs", "reclaim"],
+        ["analyze"],
+        ["request-analysis"],
+    ],
+)
+def test_every_operator_command_has_help(tmp_path, command):
+    env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
+    result = run_cli(*command, "--help", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: python -m app {' '.join(command)}")
+    assert len(result.stdout.splitlines()) > 3
+
+
 def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -439,14 +461,19 @@ def _closed_port() -> int:
         ["analyze", "--page", str(uuid.uuid4())],
         ["request-analysis", str(uuid.uuid4())],
         ["run-worker"],
+        ["migrate"],
+        ["import-pages", "chapter", "--title", "T"],
     ],
 )
 def test_an_unreachable_database_is_one_clear_line_and_exit_1(tmp_path, args):
+    (tmp_path / "chapter").mkdir()
+    (tmp_path / "chapter" / "1.png").write_bytes(png_bytes())
     url = f"postgresql://op:s3cret@127.0.0.1:{_closed_port()}/queue"
     env = {**os.environ, "DATABASE_URL": url, "VISION_URL": "http://127.0.0.1:9"}
     result = run_cli(*args, env=env, cwd=tmp_path)
     assert result.returncode == 1, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    # migrate and import-pages log as they go (INFO); the failure is one line.
+    lines = [line for line in result.stderr.splitlines() if line.strip() and " INFO " not in line]
     assert len(lines) == 1, result.stderr
     assert "cannot reach the database" in lines[0] and "Connection refused" in lines[0]
     assert "s3cret" not in result.stderr and "Traceback" not in result.stderr
