@@ -310,6 +310,28 @@ def test_analyze_a_manga_respects_dedup_and_done_pages_and_force(env, engine, tm
     assert single.startswith("enqueued 0 analysis job(s); skipped 1")
 
 
+def test_analyze_force_restarts_a_running_job_as_forced(env, engine, tmp_path):
+    with engine.begin() as conn:
+        page = make_page(conn)
+        analyse(conn, page)
+        running = analyze_job(
+            conn, page, state="running", attempts=2, leased_until=text("now() + interval '1 h'")
+        )
+
+    out = ok(cli(env, tmp_path, "analyze", "--page", str(page), "--force"))
+    assert out == (
+        "enqueued 0 analysis job(s); skipped 1 (1 already pending or running, now forced)\n"
+    )
+    (job,) = jobs_for(engine, page)
+    assert job.id == running and job.state == "pending" and job.payload["force"] is True
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT attempts, lease_generation FROM crawler_jobs WHERE id = :i"),
+            {"i": running},
+        ).one()
+    assert row.attempts == 1 and row.lease_generation == 1
+
+
 def test_analyze_missing_enqueues_every_page_without_a_done_analysis_in_batches(
     env, engine, tmp_path
 ):

@@ -9,6 +9,7 @@ again skips those pages: dedup).
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -18,9 +19,10 @@ from sqlalchemy import ColumnElement, exists, func, select, text
 
 from app.errors import ServiceError
 from app.models import Chapter, Manga, Page, PageAnalysis
-from app.queue.jobs import Conn
+from app.queue.jobs import Conn, release_unowned
 from app.queue.payloads import KIND_ANALYZE_PAGE
-from app.queue.requests import request_analysis
+
+logger = logging.getLogger(__name__)
 
 BATCH_SIZE: Final = 1000
 """Pages per enqueue statement (and per transaction of the CLI)."""
@@ -127,11 +129,20 @@ def request_many(
     counts.enqueued = len(enqueued)
     skipped = [page_id for page_id in wanted if page_id not in enqueued]
     counts.in_flight = len(skipped)
-    if force:
-        # Few pages per run are in flight; marking them forced is per page.
-        for page_id in skipped:
-            request_analysis(conn, page_id, force=True)
+    if force and skipped:
+        _force_in_flight(conn, skipped)
     return counts
+
+
+def _force_in_flight(conn: Conn, page_ids: list[uuid.UUID]) -> None:
+    """What `request_analysis(..., force=True)` does to a job already in flight, for
+    many pages in one statement: mark it forced, and give a running one back
+    (attempt refunded) so it restarts as forced."""
+    rows = conn.execute(_FORCE_IN_FLIGHT, {"ids": [str(page_id) for page_id in page_ids]})
+    for job_id, state in rows:
+        if state == "running":
+            release_unowned(conn, job_id)
+            logger.info("job %s was running; released to restart as forced", job_id)
 
 
 def _insert_jobs(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> set[uuid.UUID]:
@@ -142,6 +153,24 @@ def _insert_jobs(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> set[u
     rows = conn.execute(_INSERT_JOBS, {"kind": KIND_ANALYZE_PAGE, "ids": page_ids, "force": force})
     return {uuid.UUID(page_id) for page_id in rows.scalars()}
 
+
+# One probe of the in-flight index per page (LATERAL ... LIMIT 1 keeps the planner
+# from hashing the whole in-flight set), whatever the queue's size and statistics.
+_FORCE_IN_FLIGHT = text(
+    """
+    UPDATE crawler_jobs AS job
+    SET payload = job.payload || '{"force": true}'::jsonb, updated_at = now()
+    FROM unnest(CAST(:ids AS text[])) AS wanted(page_id)
+    CROSS JOIN LATERAL (
+        SELECT id FROM crawler_jobs
+        WHERE payload ->> 'page_id' = wanted.page_id
+          AND payload ->> 'kind' = 'analyze_page' AND state IN ('pending', 'running')
+        LIMIT 1
+    ) AS in_flight
+    WHERE job.id = in_flight.id AND job.payload ->> 'force' IS DISTINCT FROM 'true'
+    RETURNING job.id, job.state
+    """
+)
 
 # No conflict target: the partial unique index on in-flight analyze_page jobs
 # (dedup) turns a clash into a skipped row, as `enqueue` does.
