@@ -208,7 +208,8 @@ def jobs_stats(engine: Engine, *, as_json: bool) -> int:
     rows = [[kind, *(str(states.get(s, 0)) for s in JOB_STATES)] for kind, states in counts.items()]
     totals = [sum(states.get(s, 0) for states in counts.values()) for s in JOB_STATES]
     rows.append(["total", *(str(number) for number in totals)])
-    print(table(["KIND", *(s.upper() for s in JOB_STATES)], rows, numeric=range(1, 6)))
+    headers = ["KIND", *(state.upper() for state in JOB_STATES)]
+    print(table(headers, rows, numeric=range(1, len(headers))))
     age = stats["oldest_pending_age_seconds"]
     if age is None:
         print("oldest due pending job: none (nothing is waiting)")
