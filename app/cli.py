@@ -153,6 +153,8 @@ def _fatal(command: str, message: str) -> None:
     (text or JSON, as configured) for the commands that log as they go."""
     if command in OPERATOR_COMMANDS:
         print(f"error: {message}", file=sys.stderr)
+    elif command == "run-worker":
+        logger.error("run-worker cannot start: %s", message)
     else:
         logger.error("%s failed: %s", command, message)
 

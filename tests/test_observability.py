@@ -64,7 +64,9 @@ def test_metrics_count_job_outcomes_vision_requests_and_queue_depth(harness, vis
     ):
         before = scrape(port)
         assert value(before, "queue_jobs_completed_total", kind="analyze_page", outcome="done") == 0
-        with harness.running(observer=metrics, client_options={"observer": metrics}):
+        with harness.running(
+            observer=metrics, vision_observer=metrics, client_options={"observer": metrics}
+        ):
             harness.events.wait_for("completed", ok_page)
             harness.events.wait_for("failed", bad_page)
         assert harness.job(ok_job).state == "done" and harness.job(bad_job).state == "dead"
@@ -120,16 +122,13 @@ def test_a_scrape_never_queries_the_database(engine):
             assert scrape(port) == first
 
 
-def test_vision_client_reports_each_request_and_probe(vision_server):
+def test_vision_client_reports_each_request(vision_server):
     seen: list[tuple[str, Any]] = []
 
     class Recorder:
         def vision_request(self, duration_seconds: float, status: str) -> None:
             assert duration_seconds >= 0
             seen.append(("request", status))
-
-        def vision_probed(self, ready: bool) -> None:
-            seen.append(("probe", ready))
 
     vision_server.script(Reply(status=502, body="bad gateway"), Reply(body="not json"))
     client = VisionClient(
@@ -140,18 +139,28 @@ def test_vision_client_reports_each_request_and_probe(vision_server):
         observer=Recorder(),
     )
     with client:
-        assert client.is_ready()
-        vision_server.health_status = 503
-        assert not client.is_ready()
         image = prepare_image(png_bytes(), max_side_px=64)
         with pytest.raises(Exception, match="not JSON"):
             client.analyze(image, deadline=time.monotonic() + 10)
-    assert seen == [
-        ("probe", True),
-        ("probe", False),
-        ("request", "502"),
-        ("request", "bad_body"),
-    ]
+    assert seen == [("request", "502"), ("request", "bad_body")]
+
+
+def test_vision_ready_follows_the_readiness_gate(harness, vision_server):
+    metrics = WorkerMetrics(CollectorRegistry())
+
+    def ready() -> float | None:
+        return metrics.registry.get_sample_value("vision_ready")
+
+    vision_server.health_status = 503
+    with harness.running(vision_observer=metrics):
+        hits = vision_server.health_hits
+        wait_until(lambda: vision_server.health_hits > hits)
+        assert ready() == 0
+        vision_server.health_status = 200
+        wait_until(lambda: ready() == 1)
+        vision_server.health_status = 503
+        # The gate reuses a ready answer for a second, then probes again.
+        wait_until(lambda: ready() == 0, timeout=10)
 
 
 def test_json_log_lines_carry_the_job_fields():

@@ -134,6 +134,7 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
         vision_url: str | None = None,
         client_options: dict[str, Any] | None = None,
         observer: Any = None,
+        vision_observer: Any = None,
         **settings_overrides: Any,
     ) -> Iterator[Runner]:
         values: dict[str, Any] = {
@@ -161,7 +162,12 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
         client = VisionClient(**options)
         clients.append(client)
         with analysis_runner(
-            settings, engine=engine, vision=client, events=bus, observer=observer
+            settings,
+            engine=engine,
+            vision=client,
+            events=bus,
+            observer=observer,
+            vision_observer=vision_observer,
         ) as runner:
             yield runner
 
