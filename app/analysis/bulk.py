@@ -19,8 +19,9 @@ from sqlalchemy import ColumnElement, exists, func, select, text
 
 from app.errors import ServiceError
 from app.models import Chapter, Manga, Page, PageAnalysis
+from app.queue.batch import enqueue_many
 from app.queue.jobs import Conn, release_unowned
-from app.queue.payloads import KIND_ANALYZE_PAGE
+from app.queue.payloads import AnalyzePage
 
 logger = logging.getLogger(__name__)
 
@@ -146,12 +147,10 @@ def _force_in_flight(conn: Conn, page_ids: list[uuid.UUID]) -> None:
 
 
 def _insert_jobs(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> set[uuid.UUID]:
-    """One `INSERT ... SELECT FROM unnest(...) ON CONFLICT DO NOTHING`; the pages
-    that got a new job. The payload is what `AnalyzePage(...).to_json()` gives."""
-    if not page_ids:
-        return set()
-    rows = conn.execute(_INSERT_JOBS, {"kind": KIND_ANALYZE_PAGE, "ids": page_ids, "force": force})
-    return {uuid.UUID(page_id) for page_id in rows.scalars()}
+    """The pages that got a new job (one `enqueue_many` statement; dedup skips the rest)."""
+    payloads = [AnalyzePage(page_id=page_id, force=force) for page_id in page_ids]
+    job_ids = enqueue_many(conn, payloads)
+    return {page_id for page_id, job_id in zip(page_ids, job_ids, strict=True) if job_id}
 
 
 # One probe of the in-flight index per page (LATERAL ... LIMIT 1 keeps the planner
@@ -169,18 +168,5 @@ _FORCE_IN_FLIGHT = text(
     ) AS in_flight
     WHERE job.id = in_flight.id AND job.payload ->> 'force' IS DISTINCT FROM 'true'
     RETURNING job.id, job.state
-    """
-)
-
-# No conflict target: the partial unique index on in-flight analyze_page jobs
-# (dedup) turns a clash into a skipped row, as `enqueue` does.
-_INSERT_JOBS = text(
-    """
-    INSERT INTO crawler_jobs (payload)
-    SELECT jsonb_build_object('kind', CAST(:kind AS text), 'page_id', page_id::text,
-                              'force', CAST(:force AS boolean))
-    FROM unnest(CAST(:ids AS uuid[])) AS page_id
-    ON CONFLICT DO NOTHING
-    RETURNING payload ->> 'page_id'
     """
 )
