@@ -38,7 +38,7 @@ from app.cli_format import (
 )
 from app.models import JOB_STATES
 from app.queue.jobs import jobs as jobs_table
-from app.queue.jobs import payload_field, reap_done, reclaim_orphaned
+from app.queue.jobs import payload_field, reap_done, reclaim_expired
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -162,9 +162,7 @@ def add_commands(commands: Any) -> None:
     target.add_argument("--page", type=uuid_arg("page"), metavar="ID")
     target.add_argument("--chapter", type=uuid_arg("chapter"), metavar="ID")
     target.add_argument("--manga", type=uuid_arg("manga"), metavar="ID")
-    target.add_argument(
-        "--missing", action="store_true", help="every page with no done analysis"
-    )
+    target.add_argument("--missing", action="store_true", help="every page with no done analysis")
     analyze.add_argument(
         "--force", action="store_true", help="re-analyse pages even if already analysed"
     )
@@ -302,11 +300,19 @@ def jobs_reap(engine: Engine, days: int) -> int:
 
 def jobs_reclaim(engine: Engine) -> int:
     with engine.begin() as conn:
-        reclaimed = reclaim_orphaned(conn)
+        reclaim = reclaim_expired(conn)
     print(
-        f"reclaimed {reclaimed} running job(s) whose lease had expired: "
+        f"reclaimed {len(reclaim.given_back)} running job(s) whose lease had expired: "
         "back to pending, attempt refunded"
     )
+    if reclaim.dead_lettered:
+        # The runner's start-up reclaim also records these through their handler
+        # (a failed page_analysis row); from here only the dead job row tells.
+        print(
+            f"dead-lettered {len(reclaim.dead_lettered)} job(s) reclaimed from a dead worker "
+            f"too often (crash loop): "
+            + ", ".join(str(lease.id) for lease in reclaim.dead_lettered)
+        )
     return EXIT_OK
 
 

@@ -131,9 +131,7 @@ def test_jobs_stats_prints_counts_by_kind_and_state(env, engine, tmp_path):
 # --- jobs list ------------------------------------------------------------------
 
 
-def test_jobs_list_shows_labels_and_short_errors_and_json_matches_the_api(
-    env, engine, tmp_path
-):
+def test_jobs_list_shows_labels_and_short_errors_and_json_matches_the_api(env, engine, tmp_path):
     with engine.begin() as conn:
         page = make_page(conn, manga_title="Blame!", chapter_number="12", page_number=3)
         other = make_page(conn, page_number=1)
@@ -261,13 +259,38 @@ def test_jobs_reclaim_gives_back_expired_leases_with_the_attempt_refunded(env, e
     assert rows[alive] == ("running", 1)
 
 
+def test_jobs_reclaim_dead_letters_a_crash_loop_and_says_so(env, engine, tmp_path):
+    with engine.begin() as conn:
+        looping = analyze_job(
+            conn,
+            make_page(conn),
+            state="running",
+            attempts=1,
+            leased_until=text("now() + interval '1 h'"),
+        )
+        conn.execute(
+            text("UPDATE crawler_jobs SET reclaim_count = 2 WHERE id = :id"), {"id": looping}
+        )
+        expire_lease(conn, looping)
+
+    out = ok(cli(env, tmp_path, "jobs", "reclaim"))
+    assert out.startswith("reclaimed 0 running job(s)")
+    assert (
+        f"dead-lettered 1 job(s) reclaimed from a dead worker too often (crash loop): {looping}"
+        in out
+    )
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT state, last_error FROM crawler_jobs WHERE id = :id"), {"id": looping}
+        ).one()
+    assert row.state == "dead" and "reclaimed from a dead worker 3 times" in row.last_error
+
+
 # --- analyze --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("target", ["page", "chapter", "manga"])
-def test_analyze_an_unknown_target_is_an_error_and_enqueues_nothing(
-    env, engine, tmp_path, target
-):
+def test_analyze_an_unknown_target_is_an_error_and_enqueues_nothing(env, engine, tmp_path, target):
     missing = uuid.uuid4()
     result = cli(env, tmp_path, "analyze", f"--{target}", str(missing))
     assert result.returncode == 1
@@ -345,15 +368,16 @@ def test_analyze_missing_enqueues_every_page_without_a_done_analysis_in_batches(
     result = cli(env, tmp_path, "analyze", "--missing")
     out = ok(result)
     # 2,500 pages: 1 done, 1 already queued; the failed one is taken again.
-    assert out == (
-        "enqueued 2498 analysis job(s); skipped 1 (1 already pending or running)\n"
-    )
+    assert out == ("enqueued 2498 analysis job(s); skipped 1 (1 already pending or running)\n")
     assert "[" not in result.stderr, "no progress bar when stderr is not a terminal"
     assert count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'pending'") == 2499
-    assert count(
-        engine,
-        "SELECT count(DISTINCT payload->>'page_id') FROM crawler_jobs",
-    ) == 2499
+    assert (
+        count(
+            engine,
+            "SELECT count(DISTINCT payload->>'page_id') FROM crawler_jobs",
+        )
+        == 2499
+    )
     assert jobs_for(engine, pages[0]) == []
 
     again = ok(cli(env, tmp_path, "analyze", "--missing"))
@@ -506,6 +530,5 @@ def test_a_database_without_the_schema_says_to_migrate(empty_database_url, tmp_p
     result = run_cli("jobs", "stats", env=env, cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "error: the database has no job tables: run `python -m app migrate` "
-        "(alembic upgrade head)"
+        "error: the database has no job tables: run `python -m app migrate` (alembic upgrade head)"
     )
