@@ -122,6 +122,13 @@ class Job(Base):
             "updated_at",
             postgresql_where=text("state = 'done'"),
         ),
+        # The dead-job listing (admin page, `jobs list --state dead`), newest first.
+        Index(
+            "ix_crawler_jobs_dead_updated_at",
+            "updated_at",
+            "id",
+            postgresql_where=text("state = 'dead'"),
+        ),
         Index(
             "uq_crawler_jobs_chapter_content_inflight",
             text("(payload ->> 'chapter_id')"),

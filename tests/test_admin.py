@@ -431,3 +431,39 @@ def test_request_page_analysis(engine):
         again = request_page_analysis(conn, page_id, force=True)
         row = job_row(conn, uuid.UUID(first["job_id"]))
     assert again == first and row.payload["force"] is True
+
+
+def test_the_dead_job_listing_reads_its_partial_index_not_the_table(engine):
+    """Guards migration 0004: the admin page's dead-job listing must stay
+    cheap on a table that is mostly done rows."""
+    from sqlalchemy import event
+
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO crawler_jobs (payload, state, updated_at) "
+                "SELECT jsonb_build_object('kind', 'sync_manga', 'source_id', 's', "
+                "'source_manga_key', n::text), "
+                "CASE WHEN n % 50 = 0 THEN 'dead' ELSE 'done' END, "
+                "now() - make_interval(secs => n) FROM generate_series(1, 20000) AS n"
+            )
+        )
+        conn.execute(text("ANALYZE crawler_jobs"))
+
+    with engine.connect() as conn:
+        seen: list[tuple[str, object]] = []
+
+        def capture(_conn, _cursor, statement, parameters, _context, _many):
+            seen.append((statement, parameters))
+
+        event.listen(conn, "before_cursor_execute", capture)
+        first = list_jobs(conn, state="dead", limit=50)
+        list_jobs(conn, state="dead", limit=50, cursor=first["next_cursor"])
+        event.remove(conn, "before_cursor_execute", capture)
+        assert len(first["jobs"]) == 50 and first["next_cursor"]
+        for statement, parameters in seen:
+            plan = "\n".join(
+                conn.exec_driver_sql("EXPLAIN " + statement, parameters).scalars()  # type: ignore[arg-type]
+            )
+            assert "ix_crawler_jobs_dead_updated_at" in plan, plan
+            assert "Seq Scan on crawler_jobs" not in plan, plan
