@@ -59,7 +59,10 @@ def noop_handler() -> tuple[Any, str]:
         from app.worker.noop import NoopHandler  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return LocalNoopHandler(), "bench.noop.LocalNoopHandler (app.worker.noop is absent)"
-    return NoopHandler(), "app.worker.noop.NoopHandler"
+    try:
+        return NoopHandler(KIND_SYNC_MANGA), "app.worker.noop.NoopHandler"
+    except TypeError:  # a NoopHandler with a kind of its own
+        return NoopHandler(), "app.worker.noop.NoopHandler"
 
 
 class Observed:
