@@ -161,6 +161,7 @@ def pickup_worker(args: dict[str, Any]) -> dict[str, Any]:
 
     engine, runner = _runner(args["url"], args["threads"], Observed(noop_handler()[0], on_execute))
     try:
+        _truncate(engine)  # a capped drain may have left jobs: the runner must start idle
         runner.start()
         ready()
         stop_requested.wait()
