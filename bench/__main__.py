@@ -24,6 +24,7 @@ from bench.report import emit, progress
 
 
 def run(config: BenchConfig) -> dict[str, object]:
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     progress("starting the database")
     with bench_database() as database:
@@ -37,7 +38,7 @@ def run(config: BenchConfig) -> dict[str, object]:
     peers = list(suite.PEERS) if config.peers else []
     results["ratios"] = summary.ratios(results, peers)
     results["meta"] = {
-        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "started": started_at,
         "machine": f"{os.cpu_count()} CPU(s), {platform.platform()}",
         "python": platform.python_version(),
         "database": database.origin,

@@ -27,6 +27,8 @@ class BenchConfig:
     jobs_per_txn: int = field(default_factory=lambda: _int("BENCH_JOBS_PER_TXN", 1_000))
     drain_jobs: int = field(default_factory=lambda: _int("BENCH_DRAIN_JOBS", 20_000))
     pool_threads: tuple[int, ...] = field(default_factory=lambda: _ints("BENCH_THREADS", "1,4,16"))
+    prefetch: int = field(default_factory=lambda: _int("BENCH_PREFETCH", 0))
+    """Passed to `Runner(prefetch=...)` in section 2 when above 0 (a lever to explore)."""
     pickup_jobs: int = field(default_factory=lambda: _int("BENCH_PICKUP_JOBS", 200))
     pickup_gap_ms: int = field(default_factory=lambda: _int("BENCH_PICKUP_GAP_MS", 20))
     pickup_threads: int = field(default_factory=lambda: _int("BENCH_PICKUP_THREADS", 4))

@@ -98,11 +98,12 @@ def seed(engine: Engine, jobs: int) -> None:
         )
 
 
-def _runner(url: str, threads: int, handler: Any) -> tuple[Engine, Runner]:
+def _runner(url: str, threads: int, handler: Any, prefetch: int = 0) -> tuple[Engine, Runner]:
     # Room for every pool thread plus the runner's own connections (heartbeat,
     # listener, acks), so the pool is never what limits the figure.
     engine = make_engine(url, pool_size=2 * threads + 4, max_overflow=8)
-    return engine, Runner(engine, [handler], workers=threads)
+    extra = {"prefetch": prefetch} if prefetch else {}  # only runners that have it
+    return engine, Runner(engine, [handler], workers=threads, **extra)
 
 
 def _done_count(conn: Connection) -> int:
@@ -123,7 +124,9 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
     def on_execute(lease: Any) -> None:
         last[0] = next(started_jobs)
 
-    engine, runner = _runner(args["url"], args["threads"], Observed(inner, on_execute))
+    engine, runner = _runner(
+        args["url"], args["threads"], Observed(inner, on_execute), args.get("prefetch", 0)
+    )
     try:
         with engine.connect() as probe:
             begun = time.perf_counter()

@@ -21,8 +21,12 @@ PEERS = ("pgqueuer", "procrastinate")
 def _drain_cases(system: str, config: BenchConfig) -> list[tuple[str, dict[str, Any]]]:
     """(label, extra args) of each throughput run: ours per pool size, a peer once."""
     if system == "ours":
+        prefetch = f", prefetch {config.prefetch}" if config.prefetch else ""
         return [
-            (f"{threads} thread{'s' * (threads != 1)}", {"threads": threads})
+            (
+                f"{threads} thread{'s' * (threads != 1)}{prefetch}",
+                {"threads": threads, "prefetch": config.prefetch},
+            )
             for threads in config.pool_threads
         ]
     return [({"pgqueuer": "batch 500", "procrastinate": "concurrency 10"}[system], {})]
