@@ -53,7 +53,12 @@ def _timed_batches(
             done += len(batch)
         seconds = time.perf_counter() - started
     _truncate(engine)
-    return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds}
+    return {
+        "jobs": done,
+        "seconds": seconds,
+        "jobs_per_s": done / seconds,
+        "capped": done < len(payloads),
+    }
 
 
 def enqueue(args: dict[str, Any]) -> dict[str, Any]:

@@ -49,7 +49,12 @@ async def _timed(
         done += len(batch)
     seconds = time.perf_counter() - started
     await queries.clear_queue()
-    return {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds}
+    return {
+        "jobs": done,
+        "seconds": seconds,
+        "jobs_per_s": done / seconds,
+        "capped": done < len(payloads),
+    }
 
 
 async def _enqueue(args: dict[str, Any]) -> dict[str, Any]:

@@ -67,7 +67,12 @@ async def _enqueue(args: dict[str, Any]) -> dict[str, Any]:
                     await task.batch_defer_async(*({"marker": marker} for marker in batch))
                 done += len(batch)
             seconds = time.perf_counter() - started
-            result[label] = {"jobs": done, "seconds": seconds, "jobs_per_s": done / seconds}
+            result[label] = {
+                "jobs": done,
+                "seconds": seconds,
+                "jobs_per_s": done / seconds,
+                "capped": done < len(markers),
+            }
         await _prepare(args["url"], app)
     return result
 
