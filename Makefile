@@ -30,7 +30,7 @@ migrate: $(STAMP)
 
 # PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra).
 bench: $(STAMP)
-	if [ -n "$(PEERS)" ]; then $(PY) -m pip install --quiet -e '.[test,dev,bench]'; fi
+	if [ -n "$(PEERS)" ]; then $(PY) -m pip install --quiet -e '.[bench]'; fi
 	BENCH_PEERS=$(PEERS) $(PY) -m bench
 
 lint: $(STAMP)
