@@ -38,7 +38,7 @@ class BenchConfig:
     backlog: int = field(default_factory=lambda: _int("BENCH_BACKLOG", 100_000))
     backlog_running: int = field(default_factory=lambda: _int("BENCH_BACKLOG_RUNNING", 64))
     lease_calls: int = field(default_factory=lambda: _int("BENCH_LEASE_CALLS", 500))
-    rounds: int = field(default_factory=lambda: _int("BENCH_ROUNDS", 1))
+    rounds: int = field(default_factory=lambda: _int("BENCH_ROUNDS", 2))
     budget_seconds: float = field(default_factory=lambda: float(_int("BENCH_BUDGET_SECONDS", 30)))
     peers: bool = field(default_factory=lambda: os.environ.get("BENCH_PEERS", "") not in ("", "0"))
     results_path: Path = field(

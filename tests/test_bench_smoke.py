@@ -31,6 +31,7 @@ TOY_SIZES = {
     "BENCH_BACKLOG": "1000",
     "BENCH_LEASE_CALLS": "20",
     "BENCH_BUDGET_SECONDS": "30",
+    "BENCH_ROUNDS": "1",
 }
 
 
