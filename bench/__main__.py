@@ -13,6 +13,7 @@ import logging
 import os
 import platform
 import sys
+import textwrap
 import time
 from datetime import UTC, datetime
 
@@ -71,6 +72,12 @@ def main() -> int:
     summary.print_table(results, list(suite.PEERS) if config.peers else [])
     emit()
     summary.print_notes(results, meta["config"])
+    for peer, description in suite.PEERS.items() if config.peers else ():
+        emit(
+            textwrap.fill(
+                f"{peer}: {description}.", 98, initial_indent="  - ", subsequent_indent="    "
+            )
+        )
     emit(f"  - written to {config.results_path}; wall time {meta['wall_seconds']:.0f} s.")
     return 0
 

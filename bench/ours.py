@@ -21,11 +21,13 @@ from app.models import Job
 from app.queue import enqueue as enqueue_one
 from app.worker import Runner
 from bench.child import peak_rss_mb, ready, stop_requested
+from bench.db import vacuum_analyze
 from bench.noop import Observed, marker_of, noop_handler, payload_for
 
 POLL_SECONDS = 0.002
 """How often the drain looks at the done count once every job has started."""
 STOP_SECONDS = 10.0
+DONE_SQL = text("SELECT count(*) FROM crawler_jobs WHERE state = 'done'")
 
 
 def _enqueue_many() -> Any:
@@ -97,10 +99,7 @@ def seed(engine: Engine, jobs: int) -> None:
         conn.execute(text("TRUNCATE crawler_jobs"))
         for start in range(0, jobs, 5_000):
             conn.execute(insert(Job), rows[start : start + 5_000])
-    with engine.connect() as conn:
-        conn.execution_options(isolation_level="AUTOCOMMIT").execute(
-            text("VACUUM ANALYZE crawler_jobs")
-        )
+    vacuum_analyze(engine)  # fresh statistics, as a long-running queue table would have
 
 
 def _runner(url: str, threads: int, handler: Any, prefetch: int = 0) -> tuple[Engine, Runner]:
@@ -113,11 +112,7 @@ def _runner(url: str, threads: int, handler: Any, prefetch: int = 0) -> tuple[En
 
 def _done_count(conn: Connection) -> int:
     with conn.begin():
-        return int(
-            conn.execute(
-                text("SELECT count(*) FROM crawler_jobs WHERE state = 'done'")
-            ).scalar_one()
-        )
+        return int(conn.execute(DONE_SQL).scalar_one())
 
 
 def drain(args: dict[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,14 @@ from bench import child, lease_latency, ours, pickup, pipeline
 from bench.config import BenchConfig
 from bench.report import progress
 
-PEERS = ("pgqueuer", "procrastinate")
+PEERS = {
+    "pgqueuer": "PGQueuer 1.6, asyncpg + uvloop, one connection per QueueManager, batch_size=500, "
+    "durable tables; single = Queries.enqueue per job inside a transaction, many = its list form",
+    "procrastinate": "procrastinate 3.10, psycopg pool, concurrency=10, LISTEN on; single = "
+    "defer_async, one transaction per job (its API has no caller's transaction outside Django), "
+    "many = batch_defer_async",
+}
+"""The peers of `make bench PEERS=1`, and how each is configured (from its docs)."""
 
 
 def _drain_cases(system: str, config: BenchConfig) -> list[tuple[str, dict[str, Any]]]:
