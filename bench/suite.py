@@ -2,7 +2,7 @@
 
 Sections 1-3 run for each system in turn within a round (so noise shows up
 as spread between rounds, and no system always goes first); sections 4 and
-6 run once, after them. See bench/summary.py for the table.
+6, ours only, close each round. See bench/summary.py for the table.
 """
 
 from __future__ import annotations
@@ -66,28 +66,34 @@ def _round(
     results["pickup"].setdefault(system, []).append(picked)
 
 
+def _ours_only(results: dict[str, Any], engine: Engine, url: str, config: BenchConfig) -> None:
+    progress(f"pipeline: {config.pages} pages, {config.page_workers} workers")
+    delay = config.model_delay_ms / 1000
+    ideal_seconds = config.pages / config.page_workers * delay
+    results["pipeline"].append(
+        pipeline.measure(
+            engine, url, config.pages, config.page_workers, delay,
+            max(config.budget_seconds, 4 * ideal_seconds),
+        )
+    )  # fmt: skip
+    progress(f"lease latency: {config.backlog:,} pending, {config.backlog_running} running")
+    results["lease_latency"].append(
+        lease_latency.measure(
+            engine, config.backlog, config.backlog_running, config.lease_calls,
+            config.budget_seconds,
+        )
+    )  # fmt: skip
+
+
 def run(engine: Engine, url: str, config: BenchConfig) -> dict[str, Any]:
-    results: dict[str, Any] = {"enqueue": {}, "throughput": {}, "pickup": {}}
+    results: dict[str, Any] = {
+        "enqueue": {}, "throughput": {}, "pickup": {}, "pipeline": [], "lease_latency": [],
+    }  # fmt: skip
     systems = ("ours", *PEERS) if config.peers else ("ours",)
     for number in range(config.rounds):
         progress(f"round {number + 1} of {config.rounds}")
         # Rotate the order each round so that no system always runs first.
         for system in systems[number % len(systems) :] + systems[: number % len(systems)]:
             _round(results, system, engine, url, config)
-    progress(f"pipeline: {config.pages} pages, {config.page_workers} workers")
-    results["pipeline"] = pipeline.measure(
-        engine,
-        url,
-        config.pages,
-        config.page_workers,
-        config.model_delay_ms / 1000,
-        max(
-            config.budget_seconds,
-            4 * config.pages / config.page_workers * config.model_delay_ms / 1000,
-        ),
-    )
-    progress(f"lease latency: {config.backlog:,} pending, {config.backlog_running} running")
-    results["lease_latency"] = lease_latency.measure(
-        engine, config.backlog, config.backlog_running, config.lease_calls, config.budget_seconds
-    )
+        _ours_only(results, engine, url, config)
     return results

@@ -84,10 +84,10 @@ def test_bench_writes_every_section_with_numbers(database_url: str, tmp_path: Pa
 
     _check_system(data, "ours")
     assert set(data["throughput"]["ours"]) == {"1 thread", "4 threads"}
-    pipeline = data["pipeline"]
+    (pipeline,) = data["pipeline"]
     assert pipeline["pages"] == 8 and pipeline["not_done"] == 0
     assert pipeline["efficiency"] > 0 and pipeline["rss_mb"] > 0
-    lease = data["lease_latency"]
+    (lease,) = data["lease_latency"]
     assert lease["calls"] == 20 and 0 < lease["p50_ms"] <= lease["p99_ms"]
     assert data["meta"]["postgres"]["fsync"] in ("on", "off")
     assert data["ratios"] == {}
