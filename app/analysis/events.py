@@ -12,6 +12,7 @@ ANALYSIS_CHANNEL: Final = "analysis_events"
 """The `NOTIFY` channel a web process can `LISTEN` on (DESIGN "The worker")."""
 
 
-def analysis_event_bus(engine: Engine | None) -> EventBus:
-    """An event bus that publishes to `NOTIFY analysis_events` when given an engine."""
-    return EventBus(engine, ANALYSIS_CHANNEL)
+def analysis_event_bus(engine: Engine | None, *, background: bool = False) -> EventBus:
+    """An event bus that publishes to `NOTIFY analysis_events` when given an engine
+    (from a notifier thread with `background=True`: see `EventBus`)."""
+    return EventBus(engine, ANALYSIS_CHANNEL, background=background)

@@ -72,6 +72,11 @@ def analysis_runner(
             url=vision.health_url,
             poll_seconds=settings.readiness_poll_seconds,
         )
+        if events is None:
+            # NOTIFYs from a background thread: a pool thread must not wait for
+            # a commit to report `started` or `completed` (about 5 ms a page).
+            events = analysis_event_bus(engine, background=True)
+            owned.callback(events.close)
         runner = Runner(
             engine,
             [handler],
@@ -82,7 +87,7 @@ def analysis_runner(
             listen=settings.queue_listen,
             prefetch=0,  # one page at a time per worker: the model server is the bottleneck
             readiness=gate,
-            events=events if events is not None else analysis_event_bus(engine),
+            events=events,
             reap_retention_days=settings.reap_retention_days,
             name="analysis",
             observer=observer,

@@ -64,13 +64,31 @@ Subscriber = Callable[[JobEvent], None]
 
 
 class EventBus:
-    """Fans events out to subscribers and, when given an engine, to `NOTIFY channel`."""
+    """Fans events out to subscribers and, when given an engine, to `NOTIFY channel`.
 
-    def __init__(self, engine: Engine | None = None, channel: str = "job_events") -> None:
+    Subscribers are called on the publishing thread. The `NOTIFY` is sent on
+    the publishing thread too, unless `background=True`: then one notifier
+    thread (started on the first event) sends whatever has gathered in ONE
+    transaction, in publishing order, so a worker thread never waits for a
+    commit to report an event. `flush()` waits until everything published so
+    far was sent (or dropped after an error); `close()` flushes and ends the
+    thread. Delivery stays best effort either way.
+    """
+
+    def __init__(
+        self, engine: Engine | None = None, channel: str = "job_events", *, background: bool = False
+    ) -> None:
         self._engine = engine
         self._channel = channel
         self._subscribers: list[Subscriber] = []
         self._lock = threading.Lock()
+        self._background = background and engine is not None
+        self._pending: list[str] = []
+        self._queued = threading.Condition()
+        self._sent = 0  # payloads taken by the notifier (sent or dropped)
+        self._published = 0
+        self._closing = False
+        self._notifier: threading.Thread | None = None
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call `subscriber` for every event (on the publishing thread); returns an unsubscribe."""
@@ -94,29 +112,82 @@ class EventBus:
                 logger.exception(
                     "event subscriber failed on %s for job %s", event.type, event.job_id
                 )
-        if self._engine is not None:
-            self._notify(event)
+        if self._engine is None:
+            return
+        payload = _notify_payload(event)
+        if not self._background:
+            self._send([payload])
+            return
+        with self._queued:
+            if self._closing:
+                return
+            self._pending.append(payload)
+            self._published += 1
+            if self._notifier is None:
+                self._notifier = threading.Thread(
+                    target=self._notify_loop, name=f"notify-{self._channel}", daemon=True
+                )
+                self._notifier.start()
+            self._queued.notify_all()
 
-    def _notify(self, event: JobEvent) -> None:
-        payload = json.dumps(event.to_json(), ensure_ascii=False)
-        if len(payload.encode()) > NOTIFY_MAX_BYTES:
-            trimmed = dict(event.details)
-            trimmed["error"] = str(trimmed.get("error", ""))[:500]
-            payload = json.dumps(
-                JobEvent(event.type, event.job_id, event.breadcrumb, trimmed, event.at).to_json(),
-                ensure_ascii=False,
-            )
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every event published so far left the queue; `True` if it did."""
+        with self._queued:
+            target = self._published
+            return self._queued.wait_for(lambda: self._sent >= target, timeout)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Send what is queued (waiting up to `timeout`), then stop the notifier thread."""
+        self.flush(timeout)
+        with self._queued:
+            self._closing = True
+            self._queued.notify_all()
+        if self._notifier is not None:
+            self._notifier.join(timeout)
+
+    def _notify_loop(self) -> None:
+        while True:
+            with self._queued:
+                self._queued.wait_for(lambda: bool(self._pending) or self._closing)
+                if not self._pending:
+                    return  # closing, nothing left
+                batch, self._pending = self._pending, []
+            try:
+                self._send(batch)
+            finally:
+                with self._queued:
+                    self._sent += len(batch)
+                    self._queued.notify_all()
+
+    def _send(self, payloads: list[str]) -> None:
         try:
             with self._engine.begin() as conn:  # type: ignore[union-attr]
+                # One statement for the batch; Postgres queues them in call order.
                 conn.execute(
-                    text("SELECT pg_notify(:channel, :payload)"),
-                    {"channel": self._channel, "payload": payload},
+                    text(
+                        "SELECT pg_notify(:channel, payload) "
+                        "FROM unnest(CAST(:payloads AS text[])) WITH ORDINALITY AS p(payload, n) "
+                        "ORDER BY n"
+                    ),
+                    {"channel": self._channel, "payloads": payloads},
                 )
         except Exception as exc:
             logger.warning(
-                "could not NOTIFY %s of %s for job %s: %s",
+                "could not NOTIFY %s of %d event(s) (%s); they are dropped",
                 self._channel,
-                event.type,
-                event.job_id,
+                len(payloads),
                 exc,
             )
+
+
+def _notify_payload(event: JobEvent) -> str:
+    """The JSON sent with `NOTIFY`, its error trimmed to fit Postgres' 8000-byte limit."""
+    payload = json.dumps(event.to_json(), ensure_ascii=False)
+    if len(payload.encode()) <= NOTIFY_MAX_BYTES:
+        return payload
+    trimmed = dict(event.details)
+    trimmed["error"] = str(trimmed.get("error", ""))[:500]
+    return json.dumps(
+        JobEvent(event.type, event.job_id, event.breadcrumb, trimmed, event.at).to_json(),
+        ensure_ascii=False,
+    )
