@@ -69,6 +69,32 @@ def parse_limit(value: str | int | None) -> int:
     return limit
 
 
+MAX_BODY_BYTES: Final = 64 * 1024
+"""Largest request body the admin API reads (its only body is `{"force": bool}`)."""
+
+
+def parse_force_body(raw: bytes) -> bool:
+    """`force` from the optional JSON body `{"force": bool}` of a request for
+    analysis; an empty body means `False`. Anything else: `BadRequest`."""
+    if len(raw) > MAX_BODY_BYTES:
+        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    if not raw.strip():
+        return False
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest('the body must be JSON: {"force": true|false}') from None
+    if not isinstance(body, dict):
+        raise BadRequest('the body must be a JSON object: {"force": true|false}')
+    unknown = set(body) - {"force"}
+    if unknown:
+        raise BadRequest(f"unknown field(s) in the body: {', '.join(sorted(unknown))}")
+    force = body.get("force", False)
+    if not isinstance(force, bool):
+        raise BadRequest("force must be true or false")
+    return force
+
+
 # --- stats -------------------------------------------------------------------
 
 
@@ -241,6 +267,7 @@ def request_page_analysis(conn: Conn, page_id: uuid.UUID, *, force: bool = False
 
 
 __all__ = [
+    "MAX_BODY_BYTES",
     "AdminError",
     "BadRequest",
     "Conflict",
@@ -249,6 +276,7 @@ __all__ = [
     "encode_cursor",
     "get_page_analysis",
     "list_jobs",
+    "parse_force_body",
     "parse_limit",
     "parse_uuid",
     "queue_stats",

@@ -131,13 +131,9 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "demo":
         return demo_command(settings, args.timeout)
     if args.command in ("jobs", "analyze"):
-        engine = make_engine(
-            settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS}
-        )
+        engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
         try:
-            return operator_cli.run(
-                args, engine, reap_retention_days=settings.reap_retention_days
-            )
+            return operator_cli.run(args, engine, reap_retention_days=settings.reap_retention_days)
         finally:
             engine.dispose()
     return run_worker(settings, migrate_first=args.migrate)
@@ -245,8 +241,7 @@ def _analyzer_label(settings: Settings) -> str:
     if settings.backend == "ocr":
         return "ocr (in-process rapidocr, no model server)"
     return (
-        f"http {settings.vision_url} (model {settings.vision_model}, "
-        f"health {settings.health_url})"
+        f"http {settings.vision_url} (model {settings.vision_model}, health {settings.health_url})"
     )
 
 

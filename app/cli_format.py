@@ -70,8 +70,7 @@ class Progress:
         filled = int(self.WIDTH * share)
         bar = "#" * filled + "." * (self.WIDTH - filled)
         self._stream.write(
-            f"\r[{bar}] {self.done}/{self.total} pages, "
-            f"{enqueued} enqueued, {skipped} skipped"
+            f"\r[{bar}] {self.done}/{self.total} pages, {enqueued} enqueued, {skipped} skipped"
         )
         self._stream.flush()
         self._drawn = True

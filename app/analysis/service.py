@@ -108,9 +108,7 @@ class AnalysisObserver(VisionObserver, Protocol):
         ...
 
 
-def _reporting(
-    probe: Callable[[], bool], observer: AnalysisObserver | None
-) -> Callable[[], bool]:
+def _reporting(probe: Callable[[], bool], observer: AnalysisObserver | None) -> Callable[[], bool]:
     if observer is None:
         return probe
 

@@ -38,7 +38,7 @@ from app.web.page import admin_page_html
 
 logger = logging.getLogger(__name__)
 
-MAX_BODY_BYTES: Final = 64 * 1024
+MAX_BODY_BYTES: Final = admin.MAX_BODY_BYTES
 """A JSON body larger than this is refused (400) before it is parsed."""
 
 ALL_METHODS: Final = ["GET", "POST", "PUT", "PATCH", "DELETE"]
@@ -193,24 +193,7 @@ def _force_from_body() -> bool:
     """`force` from an optional JSON body `{"force": bool}`; `BadRequest` for anything else."""
     if request.content_length is not None and request.content_length > MAX_BODY_BYTES:
         raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
-    raw = request.get_data(cache=False)
-    if len(raw) > MAX_BODY_BYTES:
-        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
-    if not raw.strip():
-        return False
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest('the body must be JSON: {"force": true|false}') from None
-    if not isinstance(body, dict):
-        raise BadRequest('the body must be a JSON object: {"force": true|false}')
-    unknown = set(body) - {"force"}
-    if unknown:
-        raise BadRequest(f"unknown field(s) in the body: {', '.join(sorted(unknown))}")
-    force = body.get("force", False)
-    if not isinstance(force, bool):
-        raise BadRequest("force must be true or false")
-    return force
+    return admin.parse_force_body(request.get_data(cache=False))
 
 
 def _json(body: Any, status: int = 200) -> Response:

@@ -29,7 +29,7 @@ logger = logging.getLogger(__name__)
 View = Callable[..., HttpResponse]
 
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
-MAX_BODY_BYTES: Final = 64 * 1024
+MAX_BODY_BYTES: Final = admin.MAX_BODY_BYTES
 """The largest request body read (`{"force": true}` needs a dozen bytes)."""
 ALL_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")
 
@@ -112,22 +112,7 @@ def _read_body(request: HttpRequest) -> bytes:
 
 def _force_from_body(request: HttpRequest) -> bool:
     """`force` from an optional JSON body `{"force": bool}`; `BadRequest` for anything else."""
-    raw = _read_body(request)
-    if not raw.strip():
-        return False
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest('the body must be JSON: {"force": true|false}') from None
-    if not isinstance(body, dict):
-        raise BadRequest('the body must be a JSON object: {"force": true|false}')
-    unknown = set(body) - {"force"}
-    if unknown:
-        raise BadRequest(f"unknown field(s) in the body: {', '.join(sorted(unknown))}")
-    force = body.get("force", False)
-    if not isinstance(force, bool):
-        raise BadRequest("force must be true or false")
-    return force
+    return admin.parse_force_body(_read_body(request))
 
 
 def _stats(request: HttpRequest) -> HttpResponse:
