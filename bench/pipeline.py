@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from app.analysis.service import analysis_runner
+from app.analysis.wiring import analysis_runner
 from app.config import Settings
 from app.db import make_engine
 from app.queue import request_analysis

@@ -17,8 +17,8 @@ from PIL import Image
 from sqlalchemy import Engine, text
 
 from app.analysis.events import analysis_event_bus
-from app.analysis.service import analysis_runner
-from app.analysis.vision import VisionClient
+from app.analysis.http import VisionClient
+from app.analysis.wiring import analysis_runner
 from app.config import Settings
 from app.queue import request_analysis
 from app.worker.events import JobEvent

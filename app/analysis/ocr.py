@@ -1,9 +1,9 @@
 """The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr`.
 
 It stands where the vision client stands (`VisionModel` in
-`app.analysis.dispatcher`), so the runner, heartbeats, fencing, deadlines,
+`app.analysis.handler`), so the runner, heartbeats, fencing, deadlines,
 cancellation and events are the same. It fills `ocr_text` in manga reading
-order (`app.analysis.reading_order`), leaves tags and description empty and
+order (`app.analysis.layout`), leaves tags and description empty and
 the NSFW verdict `None` (nothing was judged), and names the engine and model
 files as `model`.
 
@@ -45,9 +45,9 @@ from typing import Any, Final
 from PIL import Image, ImageDraw, ImageFont
 
 from app.analysis.answer import Analysis
+from app.analysis.http import VisionResult
 from app.analysis.images import PreparedImage
-from app.analysis.reading_order import TextLine, page_text
-from app.analysis.vision import VisionResult
+from app.analysis.layout import TextLine, page_text
 from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)

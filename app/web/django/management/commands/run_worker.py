@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connections
 
-from app import cli
+from app.cli import commands as cli
 from app.web.django.apps import page_analysis_app
 
 

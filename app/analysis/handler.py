@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection
 
+from app.analysis.http import VisionResult
 from app.analysis.images import PreparedImage, prepare_image
-from app.analysis.vision import VisionResult
 from app.queue.jobs import Lease
 from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from app.repos.page_analysis import get_status, save_done, save_failed

@@ -16,8 +16,8 @@ import requests
 from PIL import Image
 
 from app.analysis.answer import OCR_TEXT_MAX_CHARS, TAGS_MAX_ITEMS
+from app.analysis.http import ANALYSIS_SCHEMA, VisionClient
 from app.analysis.images import PreparedImage
-from app.analysis.vision import ANALYSIS_SCHEMA, VisionClient
 from app.errors import (
     DispatchTimeout,
     VisionCancelled,
@@ -318,9 +318,9 @@ def test_retries_are_logged_with_attempt_cause_and_delay(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     vision_server.script(error_reply(502, "bad gateway"))
-    with caplog.at_level(logging.WARNING, logger="app.analysis.vision"):
+    with caplog.at_level(logging.WARNING, logger="app.analysis.http"):
         make_client().analyze(page, deadline=soon(), job_label="job 42 page 7")
-    [record] = [r for r in caplog.records if r.name == "app.analysis.vision"]
+    [record] = [r for r in caplog.records if r.name == "app.analysis.http"]
     assert record.levelno == logging.WARNING
     message = record.getMessage()
     assert "job 42 page 7" in message
@@ -391,7 +391,7 @@ def test_cancel_during_backoff_stops_at_once(
                 sleeping.set()
 
     watcher = SleepWatcher()
-    logger = logging.getLogger("app.analysis.vision")
+    logger = logging.getLogger("app.analysis.http")
     logger.addHandler(watcher)
     outcome: list[BaseException | None] = []
 

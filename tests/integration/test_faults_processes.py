@@ -25,8 +25,8 @@ from app.migrations import upgrade_head
 from app.queue import request_analysis
 from tests.conftest import PG_CTL_WRAPPER
 from tests.helpers import count, make_page, wait_until
+from tests.integration.test_cli import _env, start_worker, stop_worker
 from tests.tcp_proxy import TcpProxy
-from tests.test_cli import _env, start_worker, stop_worker
 from tests.vision_server import Reply, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
@@ -285,7 +285,7 @@ def test_four_processes_of_four_threads_run_every_job_exactly_once(database_url,
         subprocess.Popen(
             [sys.executable, "-m", "tests.fault_worker", database_url, str(log), str(threads)],
             env=env,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=Path(__file__).resolve().parents[2],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

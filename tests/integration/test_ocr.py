@@ -28,13 +28,13 @@ from sqlalchemy import text
 from app.analysis.events import analysis_event_bus
 from app.analysis.images import prepare_image
 from app.analysis.ocr import OcrAnalyzer, OcrModelError, OcrModelMissing, wheel_model_dir
-from app.analysis.service import analysis_runner
+from app.analysis.wiring import analysis_runner
+from app.cli.importer import import_folder
 from app.config import Settings
 from app.errors import DispatchTimeout, VisionCancelled
-from app.importer import import_folder
 from tests.worker_support import EventRecorder
 
-SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sample_manga"
+SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
 EXPECTED: dict[str, list[str]] = json.loads((SAMPLES / "pages.json").read_text("utf-8"))["pages"]
 
 

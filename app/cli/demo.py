@@ -27,14 +27,14 @@ from sqlalchemy import Connection, Engine, select
 
 from app.analysis.events import analysis_event_bus
 from app.analysis.ocr import OcrAnalyzer
-from app.analysis.service import analysis_runner
+from app.analysis.wiring import analysis_runner
+from app.cli.importer import IMAGE_SUFFIXES, import_folder
 from app.config import DEFAULT_VISION_URL, Settings
-from app.importer import IMAGE_SUFFIXES, import_folder
 from app.models import Chapter, Job, Manga, Page, PageAnalysis
 from app.queue import KIND_ANALYZE_PAGE, request_analysis
 from app.worker.events import JobEvent
 
-SAMPLE_FOLDER: Final = Path(__file__).resolve().parent.parent / "examples" / "sample_manga"
+SAMPLE_FOLDER: Final = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
 """The sample pages shipped with the repository."""
 SAMPLE_TITLE: Final = "Sample manga (make demo)"
 """Title of the demo's manga; a second run finds the manga by it."""

@@ -14,8 +14,8 @@ import time
 import pytest
 from sqlalchemy import text
 
-from app.analysis.service import analysis_runner
-from app.analysis.vision import VisionClient
+from app.analysis.http import VisionClient
+from app.analysis.wiring import analysis_runner
 from app.config import Settings
 from app.db import make_engine
 from app.worker.events import EventBus

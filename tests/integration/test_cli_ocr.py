@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app import cli
-from app.importer import import_folder
+from app.cli import commands as cli
+from app.cli.importer import import_folder
 from tests.helpers import wait_until
-from tests.test_cli import listening, start_worker, stop_worker, wait_for
-from tests.test_ocr import EXPECTED, SAMPLES, assert_reads
+from tests.integration.test_cli import listening, start_worker, stop_worker, wait_for
+from tests.integration.test_ocr import EXPECTED, SAMPLES, assert_reads
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VISION_VARIABLES = ("VISION_URL", "VISION_BACKEND", "VISION_HEALTH_URL", "VISION_MODEL")
 
 

@@ -342,7 +342,7 @@ def test_retry_dead_jobs_retries_all_skipping_taken_slots(engine):
 
 
 def test_retry_dead_jobs_falls_back_when_a_slot_is_taken_during_the_batch(engine, caplog):
-    caplog.set_level(logging.INFO, logger="app.job_retry")
+    caplog.set_level(logging.INFO, logger="app.admin.retry")
     raced = uuid.uuid4()
     with engine.begin() as conn:
         clash = _dead(conn, AnalyzePage(page_id=raced))

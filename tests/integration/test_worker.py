@@ -141,7 +141,7 @@ def test_an_exception_in_the_dispatch_fails_that_job_only(harness, vision_server
     bad = harness.add_page(png_bytes())
     good = harness.add_page(png_bytes(color="black"))
     bad_job = harness.request(bad)
-    from app.analysis import dispatcher
+    from app.analysis import handler as dispatcher
 
     monkeypatch.setattr(
         dispatcher,
@@ -397,7 +397,7 @@ def test_workers_never_take_crawl_jobs(harness, vision_server):
 def test_events_without_a_breadcrumb_are_suppressed_but_work_goes_on(
     harness, vision_server, monkeypatch
 ):
-    from app.analysis.dispatcher import PageAnalysisHandler
+    from app.analysis.handler import PageAnalysisHandler
 
     def broken(self, item):
         raise KeyError("manga_title")

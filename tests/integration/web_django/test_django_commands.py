@@ -20,7 +20,7 @@ from tests.helpers import make_page, wait_until
 from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
-MANAGE = Path(__file__).resolve().parents[2] / "examples" / "django_project" / "manage.py"
+MANAGE = Path(__file__).resolve().parents[3] / "examples" / "django_project" / "manage.py"
 
 
 def _env(database_url: str, **extra: str) -> dict[str, str]:

@@ -42,7 +42,7 @@ def django_settings(database_url: str) -> dict[str, Any]:
             "django.middleware.csrf.CsrfViewMiddleware",
             "django.contrib.auth.middleware.AuthenticationMiddleware",
         ],
-        "ROOT_URLCONF": "tests.web_django.urls",
+        "ROOT_URLCONF": "tests.integration.web_django.urls",
         "DATABASES": {
             "default": database_from_url(database_url),
             # Never connected to by Django; the admin views are pointed at it

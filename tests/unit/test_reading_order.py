@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.analysis.reading_order import TextLine, join_pieces, page_text, reading_order
+from app.analysis.layout import TextLine, join_pieces, page_text, reading_order
 
 
 def column(x: float, y: float, text: str, size: float = 30) -> TextLine:

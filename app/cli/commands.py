@@ -26,7 +26,7 @@ from sqlalchemy.exc import OperationalError, ProgrammingError
 from app.config import Settings
 from app.db import database_url, make_engine
 from app.errors import ServiceError
-from app.logsetup import configure_logging
+from app.observability.logs import configure_logging
 
 logger = logging.getLogger("app.cli")
 
@@ -53,7 +53,7 @@ class UsageParser(argparse.ArgumentParser):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from app import operator_cli
+    from app.cli import operator_commands as operator_cli
 
     parser = UsageParser(prog="python -m app", description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument(
@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    from app import operator_cli
+    from app.cli import operator_commands as operator_cli
 
     if args.command == "migrate":
         return migrate(settings)
@@ -191,7 +191,7 @@ def request_analysis_command(settings: Settings, page_id: uuid.UUID, force: bool
 
 
 def import_pages_command(settings: Settings, folder: Path, title: str, chapter: Decimal) -> int:
-    from app.importer import import_folder
+    from app.cli.importer import import_folder
 
     engine = make_engine(database_url(settings))
     try:
@@ -212,7 +212,7 @@ def import_pages_command(settings: Settings, folder: Path, title: str, chapter: 
 
 
 def demo_command(settings: Settings, timeout: float) -> int:
-    from app.demo import run_demo
+    from app.cli.demo import run_demo
     from app.migrations import upgrade_head
 
     # The demo prints its own progress; the worker's INFO lines would bury it.
@@ -246,9 +246,9 @@ def _analyzer_label(settings: Settings) -> str:
 
 
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
-    from app.analysis.service import analysis_runner
-    from app.metrics import serving_metrics, worker_metrics
+    from app.analysis.wiring import analysis_runner
     from app.migrations import revisions, upgrade_head
+    from app.observability.metrics import serving_metrics, worker_metrics
 
     if migrate_first is None:
         migrate_first = not settings.database_url

@@ -13,7 +13,7 @@ from sqlalchemy import Engine
 
 from tests.helpers import count, make_page
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "flask_app" / "main.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "flask_app" / "main.py"
 TOKEN = "example-token"
 
 

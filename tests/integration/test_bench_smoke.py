@@ -20,7 +20,7 @@ import pytest
 
 import app.queue
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOY_SIZES = {
     "BENCH_ENQUEUE_JOBS": "200",
     "BENCH_JOBS_PER_TXN": "50",

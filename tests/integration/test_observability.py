@@ -19,14 +19,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
+from app.analysis.http import VisionClient
 from app.analysis.images import prepare_image
-from app.analysis.vision import VisionClient
-from app.logsetup import JsonFormatter
-from app.metrics import QueueSampler, WorkerMetrics, serve_metrics
+from app.observability.logs import JsonFormatter
+from app.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
 from app.queue import request_analysis
 from app.worker.logcontext import JobFieldsFilter, job_log_context
 from tests.helpers import make_page, wait_until
-from tests.test_cli import _env, listening, run_cli, start_worker, wait_for
+from tests.integration.test_cli import _env, listening, run_cli, start_worker, wait_for
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
 

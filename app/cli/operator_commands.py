@@ -27,7 +27,7 @@ from app.analysis.bulk import (
     request_many,
     target_page_ids,
 )
-from app.cli_format import (
+from app.cli.tables import (
     Progress,
     duration_text,
     error,

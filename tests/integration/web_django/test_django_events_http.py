@@ -14,8 +14,8 @@ import pytest
 from sqlalchemy import Engine
 
 from tests.helpers import wait_until
-from tests.test_web_events import TOKEN as CLIENT_TOKEN
-from tests.test_web_events import (
+from tests.integration.test_web_events import TOKEN as CLIENT_TOKEN
+from tests.integration.test_web_events import (
     SSEClient,
     _listeners,
     _publish_from_another_process,

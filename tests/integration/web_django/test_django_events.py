@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 
 from app.analysis.events import ANALYSIS_CHANNEL
 from tests.helpers import count, wait_until
-from tests.web_django.conftest import ADMIN_TOKEN
+from tests.integration.web_django.conftest import ADMIN_TOKEN
 
 pytestmark = pytest.mark.usefixtures("django_db")
 

@@ -26,9 +26,9 @@ from sqlalchemy import (
     tuple_,
 )
 
+from app.admin.labels import label, with_labels
+from app.admin.retry import check_kind, retry_dead_jobs, retry_job
 from app.errors import AdminError, BadRequest, Conflict, NotFound
-from app.job_labels import label, with_labels
-from app.job_retry import check_kind, retry_dead_jobs, retry_job
 from app.models import JOB_STATES, Page, PageAnalysis
 from app.queue.jobs import KIND, PENDING, Conn, jobs, payload_field, text_literal
 from app.queue.payloads import ALL_KINDS

@@ -13,7 +13,7 @@ from sqlalchemy import Engine, insert
 from app.models import PageAnalysis
 from app.queue import AnalyzePage, enqueue
 from tests.helpers import count, insert_raw_job, job_row, make_page
-from tests.web_django.conftest import ADMIN_TOKEN
+from tests.integration.web_django.conftest import ADMIN_TOKEN
 
 pytestmark = pytest.mark.usefixtures("django_db")
 

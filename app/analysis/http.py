@@ -39,13 +39,13 @@ from app.analysis.answer import (
     Analysis,
     parse_analysis,
 )
-from app.analysis.images import PreparedImage, data_url
-from app.analysis.openai_wire import (
+from app.analysis.http_wire import (
     ERROR_BODY_CHARS,
     error_message,
     not_chat_completion,
     read_chat_completion,
 )
+from app.analysis.images import PreparedImage, data_url
 from app.errors import (
     DispatchTimeout,
     VisionCancelled,

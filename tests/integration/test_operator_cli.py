@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, text
 from app import admin
 from app.queue import request_analysis
 from tests.helpers import count, expire_lease, insert_raw_job, make_page
-from tests.test_cli import run_cli
+from tests.integration.test_cli import run_cli
 from tests.worker_support import png_bytes
 
 LONG_ERROR = "vision server answered 503: " + "model is loading, please wait " * 10

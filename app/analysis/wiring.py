@@ -17,10 +17,10 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from app.analysis.dispatcher import PageAnalysisHandler
 from app.analysis.events import analysis_event_bus
+from app.analysis.handler import PageAnalysisHandler
+from app.analysis.http import VisionClient, VisionObserver
 from app.analysis.ocr import OcrAnalyzer
-from app.analysis.vision import VisionClient, VisionObserver
 from app.config import Settings
 from app.db import make_engine
 from app.storage import LocalStorage
