@@ -24,7 +24,7 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
@@ -43,6 +43,8 @@ class TextLine:
     x1: float
     y1: float
     text: str
+    score: float = 1.0
+    """The recogniser's confidence in `text`, 0..1."""
 
     @property
     def width(self) -> float:
@@ -67,12 +69,14 @@ class TextLine:
         return None
 
     @classmethod
-    def from_quad(cls, quad: Iterable[Sequence[float]], text: str) -> TextLine:
+    def from_quad(
+        cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0
+    ) -> TextLine:
         """From the four corner points an OCR engine gives (any order, possibly skewed)."""
         points = list(quad)
         xs = [float(point[0]) for point in points]
         ys = [float(point[1]) for point in points]
-        return cls(min(xs), min(ys), max(xs), max(ys), text)
+        return cls(min(xs), min(ys), max(xs), max(ys), text, float(score))
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +105,30 @@ class Block:
     @property
     def text(self) -> str:
         return join_pieces(line.text for line in self.lines)
+
+    @property
+    def score(self) -> float:
+        """The recogniser's confidence over the block, weighted by characters."""
+        weights = [max(1, len(line.text)) for line in self.lines]
+        return sum(w * line.score for w, line in zip(weights, self.lines, strict=True)) / sum(
+            weights
+        )
+
+    def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
+        """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;
+        the box is multiplied by the scales (back to the original image's pixels)."""
+        box = [
+            round(self.x0 * scale_x),
+            round(self.y0 * scale_y),
+            round(self.x1 * scale_x),
+            round(self.y1 * scale_y),
+        ]
+        return {
+            "text": self.text,
+            "box": box,
+            "vertical": self.vertical,
+            "score": round(self.score, 3),
+        }
 
 
 def reading_order(lines: Sequence[TextLine]) -> list[Block]:

@@ -47,7 +47,7 @@ from PIL import Image, ImageDraw, ImageFont
 from app.analysis.answer import Analysis
 from app.analysis.http import VisionResult
 from app.analysis.images import PreparedImage
-from app.analysis.layout import TextLine, page_text
+from app.analysis.layout import Block, TextLine, reading_order
 from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ class OcrAnalyzer:
                 if self._threads is not None:
                     params["EngineConfig.onnxruntime.intra_op_num_threads"] = self._threads
                 engine = RapidOCR(params=params)
-                warm_up = self._read(engine, _warm_up_image())
+                warm_up = " ".join(block.text for block in self._read(engine, _warm_up_image()))
             except Exception as exc:
                 raise OcrModelError(
                     f"OCR models failed to load: {type(exc).__name__}: {exc}"
@@ -223,23 +223,31 @@ class OcrAnalyzer:
             # The gate keeps jobs away until load; a host calling directly loads here.
             self.load()
         page = _decode(image)
-        text = self._read(self._engine, page)[:OCR_TEXT_MAX_CHARS]
+        blocks = [block for block in self._read(self._engine, page) if block.text]
         _check(deadline, cancel, job_label)
+        width, height = image.original_size or page.size
+        scale_x, scale_y = width / page.width, height / page.height
+        text = "\n".join(block.text for block in blocks)[:OCR_TEXT_MAX_CHARS]
         analysis = Analysis(
-            ocr_text=text, tags=(), description="", nsfw_rating=None, nsfw_score=None
+            ocr_text=text,
+            tags=(),
+            description="",
+            nsfw_rating=None,
+            nsfw_score=None,
+            ocr_blocks=[block.as_json(scale_x, scale_y) for block in blocks],
         )
         return VisionResult(analysis=analysis, model=self.model)
 
     @staticmethod
-    def _read(engine: Any, page: Image.Image) -> str:
+    def _read(engine: Any, page: Image.Image) -> list[Block]:
         result = engine(page)
         if result.boxes is None or result.txts is None:
-            return ""
+            return []
         lines = [
-            TextLine.from_quad(box.tolist(), text)
-            for box, text in zip(result.boxes, result.txts, strict=True)
+            TextLine.from_quad(box.tolist(), text, score)
+            for box, text, score in zip(result.boxes, result.txts, result.scores, strict=True)
         ]
-        return page_text(lines)
+        return reading_order(lines)
 
 
 def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:
