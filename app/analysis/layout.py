@@ -28,10 +28,20 @@ from typing import Any, Final
 
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
-JOIN_MARGIN: Final = 0.45
-"""Lines whose boxes come within this many line-thicknesses (each side) share a block."""
+JOIN_GAP: Final = 0.5
+"""Side-by-side lines share a block when the gap between them is under this many thicknesses
+(columns of one bubble nearly touch; the next bubble is most of a character away)."""
+SIDE_OVERLAP: Final = 0.3
+"""Side-by-side lines of one block lie beside each other along this share of the shorter."""
+CONTINUE_GAP: Final = 0.8
+"""A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
+SAME_SIZE: Final = 1.6
+"""Lines of one block differ in thickness by at most this factor."""
+
+Box = tuple[float, float, float, float]
+"""x0, y0, x1, y1 in pixels, y down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +141,21 @@ class Block:
         }
 
 
-def reading_order(lines: Sequence[TextLine]) -> list[Block]:
-    """The blocks of `lines` in manga reading order, each with its lines in order."""
+def reading_order(
+    lines: Sequence[TextLine],
+    panels: Sequence[Box] = (),
+    *,
+    right_to_left: bool = True,
+) -> list[Block]:
+    """The blocks of `lines` in reading order, each with its lines in order.
+
+    `panels`: panel boxes already in reading order (`app.analysis.panels`);
+    a block belongs to the panel holding its centre, and the panels are read
+    in turn. Without panels the page is one panel. `right_to_left`: manga
+    order; `False` reads rows left to right (comics, webtoons).
+    """
     blocks = [_order_block(group) for group in _group(lines)]
-    return _order_blocks(blocks)
+    return _order_blocks(blocks, panels, right_to_left)
 
 
 def page_text(lines: Sequence[TextLine]) -> str:
@@ -163,17 +184,33 @@ def _is_cjk(char: str) -> bool:
 
 
 def _compatible(a: TextLine, b: TextLine) -> bool:
-    return a.orientation is None or b.orientation is None or a.orientation == b.orientation
+    if not (a.orientation is None or b.orientation is None or a.orientation == b.orientation):
+        return False
+    # One block is set in one size: a title beside a bubble, or ruby, is not joined.
+    return max(a.thickness, b.thickness) <= SAME_SIZE * min(a.thickness, b.thickness)
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    """How much two spans overlap, as a share of the shorter one (negative: a gap)."""
+    return (min(a1, b1) - max(a0, b0)) / max(1.0, min(a1 - a0, b1 - b0))
 
 
 def _near(a: TextLine, b: TextLine) -> bool:
-    margin_a, margin_b = JOIN_MARGIN * a.thickness, JOIN_MARGIN * b.thickness
-    return (
-        a.x0 - margin_a <= b.x1 + margin_b
-        and b.x0 - margin_b <= a.x1 + margin_a
-        and a.y0 - margin_a <= b.y1 + margin_b
-        and b.y0 - margin_b <= a.y1 + margin_a
+    """Neighbours in one block: side by side along most of the shorter one with a
+    gap under `JOIN_GAP` thicknesses, or one continuing the other (a split column)."""
+    size = max(a.thickness, b.thickness)
+    x_gap = max(a.x0, b.x0) - min(a.x1, b.x1)
+    y_gap = max(a.y0, b.y0) - min(a.y1, b.y1)
+    vertical = "v" in (a.orientation, b.orientation) or (
+        a.orientation is None and b.orientation is None
     )
+    if vertical:
+        beside = x_gap <= JOIN_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SIDE_OVERLAP
+        below = y_gap <= CONTINUE_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SAME_LANE
+    else:
+        beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
+        below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
+    return beside or below
 
 
 def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
@@ -235,12 +272,36 @@ def _lanes(
     return lanes
 
 
-def _order_blocks(blocks: list[Block]) -> list[Block]:
+def _panel_of(block: Block, panels: Sequence[Box]) -> int:
+    cx, cy = (block.x0 + block.x1) / 2, (block.y0 + block.y1) / 2
+    for index, (x0, y0, x1, y1) in enumerate(panels):
+        if x0 <= cx <= x1 and y0 <= cy <= y1:
+            return index
+    return len(panels)  # outside every panel (a caption in a gutter): read last
+
+
+def _order_blocks(
+    blocks: list[Block], panels: Sequence[Box], right_to_left: bool
+) -> list[Block]:
+    by_panel: dict[int, list[Block]] = {}
+    for block in blocks:
+        by_panel.setdefault(_panel_of(block, panels), []).append(block)
+    ordered: list[Block] = []
+    for index in sorted(by_panel):
+        ordered.extend(_order_rows(by_panel[index], right_to_left))
+    return ordered
+
+
+def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
+    """Rows top to bottom; within a row right to left (or left to right)."""
+    def across(block: Block) -> float:
+        return -block.x1 if right_to_left else block.x0
+
     rows: list[list[Block]] = []
-    for block in sorted(blocks, key=lambda block: (block.y0, -block.x1)):
+    for block in sorted(blocks, key=lambda block: (block.y0, across(block))):
         row = rows[-1] if rows else None
         if row is not None and all(block.y0 < (other.y0 + other.y1) / 2 for other in row):
             row.append(block)
         else:
             rows.append([block])
-    return [block for row in rows for block in sorted(row, key=lambda block: -block.x1)]
+    return [block for row in rows for block in sorted(row, key=across)]

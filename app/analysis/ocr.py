@@ -42,12 +42,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from PIL import Image, ImageDraw, ImageFont
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont, ImageOps
 
 from app.analysis.answer import Analysis
 from app.analysis.http import VisionResult
 from app.analysis.images import PreparedImage
-from app.analysis.layout import Block, TextLine, reading_order
+from app.analysis.layout import Block, TextLine
+from app.analysis.reading import read_page
 from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)
@@ -60,6 +62,13 @@ WARM_UP_TEXT: Final = "Warm up 42"
 """Drawn and read once at load: proves both models run before the gate opens."""
 CLOSE_WAIT_SECONDS: Final = 5.0
 """How long `close` waits for a load still under way (shutdown must take seconds)."""
+PAD_SHARE: Final = 0.05
+"""Paper added around the image before detection, as a share of its short side."""
+PAD_MIN_PX: Final = 8
+"""At least this much paper is added (a bubble crop a hundred pixels wide)."""
+DET_MAX_SIDE: Final = 1600
+"""Detection runs at the image's own size, only ever scaled down to this long side: no
+upscaling (rapidocr's default enlarges the short side to 736 px, which breaks small crops)."""
 OCR_TEXT_MAX_CHARS: Final = 20_000
 """Bound on the stored text of one page (a dense page holds a few thousand characters)."""
 
@@ -153,6 +162,8 @@ class OcrAnalyzer:
 
                 params: dict[str, Any] = {
                     "Global.use_cls": False,
+                    "Det.limit_type": "max",
+                    "Det.limit_side_len": DET_MAX_SIDE,
                     "Global.log_level": "error",
                     "Det.model_path": str(self.det_model_path),
                     "Rec.model_path": str(self.rec_model_path),
@@ -240,14 +251,19 @@ class OcrAnalyzer:
 
     @staticmethod
     def _read(engine: Any, page: Image.Image) -> list[Block]:
-        result = engine(page)
+        # A margin of paper: text touching the edge of a tight crop (a single
+        # bubble) is otherwise missed or cut by the detector.
+        margin = max(PAD_MIN_PX, round(PAD_SHARE * min(page.size)))
+        padded = ImageOps.expand(page, border=margin, fill="white")
+        result = engine(padded)
         if result.boxes is None or result.txts is None:
             return []
         lines = [
-            TextLine.from_quad(box.tolist(), text, score)
+            TextLine.from_quad((box - margin).tolist(), text, score)
             for box, text, score in zip(result.boxes, result.txts, result.scores, strict=True)
         ]
-        return reading_order(lines)
+        grey = np.asarray(page.convert("L"))
+        return read_page(lines, grey)
 
 
 def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:

@@ -30,6 +30,7 @@ ground-truth format is described in `docs/ocr.md`.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import resource
 import sys
@@ -132,7 +133,7 @@ def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Sc
         else:
             score.details.append(f"not intact: {text!r}")
         found.append(best if best is not None and distances[best] <= FOUND_MAX_CER else None)
-    for first, second in zip(found, found[1:], strict=False):
+    for first, second in itertools.pairwise(found):
         if first is not None and second is not None:
             score.pairs += 1
             score.pairs_in_order += first < second

@@ -1,0 +1,104 @@
+"""What is not dialogue: furigana, sound effects and stray marks, found among OCR lines.
+
+Pure functions over `TextLine`s (boxes, text and the recogniser's score), so
+tests feed boxes directly. The choices, and what they cost:
+
+- **Furigana**: a column (or a line) of kana at most `FURIGANA_MAX_RATIO` as
+  thick as a main column it hugs (within `FURIGANA_MAX_GAP` of its own
+  thickness, beside it along most of its length) is ruby, not text. A real
+  narrow column of kana right beside a wider one would be lost too; that
+  layout does not occur in speech bubbles, where one size is used.
+- **Marks and sound effects**: a line is dropped when the recogniser is
+  unsure of it (score below `MIN_LINE_SCORE`: hand-lettered effects read as
+  garbage score low), when it is oversized (thicker than `OVERSIZED_RATIO` ×
+  the page's median line) and not read with confidence (`OVERSIZED_MIN_SCORE`),
+  or when it is not a word (one or two Latin letters or digits alone: page
+  numbers, an `E` read in a drawing; Latin read down a column). The cost:
+  a short real line the recogniser is unsure of is dropped with the noise,
+  and a sound effect set in a clean font is read like dialogue.
+"""
+
+from __future__ import annotations
+
+import statistics
+import unicodedata
+from collections.abc import Sequence
+from typing import Final
+
+from app.analysis.layout import TextLine
+
+FURIGANA_MAX_RATIO: Final = 0.65
+"""Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
+FURIGANA_MAX_GAP: Final = 0.6
+"""Ruby hugs its column: the gap is at most this many of the ruby's own thicknesses."""
+FURIGANA_MIN_ALONGSIDE: Final = 0.7
+"""Ruby lies beside its column along at least this share of its own length."""
+MIN_LINE_SCORE: Final = 0.65
+"""Lines the recogniser scores below this are dropped (garbage read from drawn lettering)."""
+OVERSIZED_RATIO: Final = 2.0
+"""A line this many times thicker than the page's median line is display lettering."""
+OVERSIZED_MIN_SCORE: Final = 0.9
+"""Oversized lettering is kept only when read this confidently (a title, not an effect)."""
+
+
+def is_kana(text: str) -> bool:
+    """Only hiragana and katakana (and the long-vowel mark): what ruby is written in."""
+    letters = [char for char in text if not unicodedata.category(char).startswith("P")]
+    return bool(letters) and all("\u3040" <= char <= "\u30ff" for char in letters)
+
+
+def _alongside(a: TextLine, b: TextLine, vertical: bool) -> float:
+    """How much of `a`'s length lies beside `b` (0..1)."""
+    if vertical:
+        overlap = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return max(0.0, overlap) / max(1.0, a.height)
+    overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+    return max(0.0, overlap) / max(1.0, a.width)
+
+
+def _gap(a: TextLine, b: TextLine, vertical: bool) -> float:
+    if vertical:
+        return max(a.x0, b.x0) - min(a.x1, b.x1)
+    return max(a.y0, b.y0) - min(a.y1, b.y1)
+
+
+def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
+    """True when `line` is ruby beside one of `others` (see the module's rule)."""
+    if not is_kana(line.text):
+        return False
+    vertical = line.orientation != "h"
+    for main in others:
+        if main is line or main.thickness * FURIGANA_MAX_RATIO < line.thickness:
+            continue
+        if main.orientation not in (None, "v" if vertical else "h"):
+            continue
+        if (
+            _gap(line, main, vertical) <= FURIGANA_MAX_GAP * line.thickness
+            and _alongside(line, main, vertical) >= FURIGANA_MIN_ALONGSIDE
+        ):
+            return True
+    return False
+
+
+def is_mark(line: TextLine) -> bool:
+    """A page number, a stray letter, Latin read down a column: not a word."""
+    letters = [char for char in line.text if unicodedata.category(char)[0] in "LN"]
+    if not letters:
+        return False  # punctuation alone ("…", "！") is a reply in a bubble
+    latin = [char for char in letters if char.isascii()]
+    if len(latin) == len(letters) and len(letters) <= 2:
+        return True
+    return line.orientation == "v" and len(latin) > len(letters) / 2
+
+
+def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
+    """`lines` without furigana, low-confidence lines, oversized effects and marks."""
+    confident = [line for line in lines if line.score >= MIN_LINE_SCORE and not is_mark(line)]
+    if len(confident) >= 3:
+        median = statistics.median(line.thickness for line in confident)
+        confident = [
+            line
+            for line in confident
+            if line.thickness <= OVERSIZED_RATIO * median or line.score >= OVERSIZED_MIN_SCORE
+        ]
+    return [line for line in confident if not is_furigana(line, confident)]
