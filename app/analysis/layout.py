@@ -1,22 +1,23 @@
-"""Manga reading order for OCR text lines: bubbles right to left, top to bottom.
+"""Text blocks from OCR lines, and their reading order.
 
 An OCR engine returns text lines (boxes) in no useful order for a manga
-page. This module groups nearby lines into blocks (a speech bubble, a
-caption), orders the blocks as a reader of a Japanese manga would, and
-orders the lines inside each block:
+page. This module groups lines into blocks (a speech bubble, a caption),
+orders the lines inside each block, and orders the blocks:
 
-- blocks: in rows from top to bottom; within a row, right to left. A block
-  joins the current row when its top lies above the vertical middle of every
-  block already in the row (side-by-side bubbles start at about the same
-  height; a bubble further down starts a new row).
-- a vertical block (tall, narrow lines: Japanese written in columns): its
-  columns right to left, each column top to bottom;
-- a horizontal block (English, horizontal captions): its lines top to
-  bottom, each line left to right.
+- grouping: two lines share a block when they are set in about one size
+  (`SAME_SIZE`) and are neighbours: side by side along most of their
+  length with a gap under `JOIN_GAP` thicknesses (the columns of a bubble
+  nearly touch; the next bubble is most of a character away), or one
+  continuing the other down its column (a column the detector cut in two).
+- inside a block: a vertical block (Japanese in columns) reads its columns
+  right to left, each top to bottom; a horizontal block reads its lines top
+  to bottom, each left to right.
+- blocks: panel by panel, in the panels' order (`app.analysis.panels`);
+  within a panel in rows from top to bottom, each row right to left (left
+  to right on a left-to-right page). A block joins the current row when
+  its top lies above the vertical middle of a block already in it.
 
-The heuristic knows nothing of panel borders: a tall panel on the right
-beside two stacked panels on the left is read row by row, not panel by
-panel. Pure functions, no OCR engine: tests feed boxes directly.
+Pure functions, no OCR engine and no image: tests feed boxes directly.
 """
 
 from __future__ import annotations
@@ -243,12 +244,12 @@ def _order_block(lines: list[TextLine]) -> Block:
     if vertical:
         # Columns right to left, each column top to bottom.
         lanes = _lanes(lines, lambda line: (line.x0, line.x1))
-        lanes.sort(key=lambda lane: -max(line.x1 for line in lane))
+        lanes.sort(key=lambda lane: -_lane_centre(lane, lambda line: (line.x0, line.x1)))
         ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.y0)]
     else:
         # Rows top to bottom, each row left to right.
         lanes = _lanes(lines, lambda line: (line.y0, line.y1))
-        lanes.sort(key=lambda lane: min(line.y0 for line in lane))
+        lanes.sort(key=lambda lane: _lane_centre(lane, lambda line: (line.y0, line.y1)))
         ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.x0)]
     return Block(tuple(ordered), vertical)
 
@@ -256,20 +257,27 @@ def _order_block(lines: list[TextLine]) -> Block:
 def _lanes(
     lines: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]
 ) -> list[list[TextLine]]:
-    """Lines sharing a column (`extent` = x span) or a row (`extent` = y span)."""
+    """Lines sharing a column (`extent` = x span) or a row (`extent` = y span): their
+    centres lie within `SAME_LANE` of the thinner one's thickness."""
     lanes: list[list[TextLine]] = []
-    for line in sorted(lines, key=lambda line: extent(line)[0]):
+    for line in sorted(lines, key=lambda line: _centre(extent(line))):
         start, end = extent(line)
         for lane in lanes:
-            lane_start = min(extent(other)[0] for other in lane)
-            lane_end = max(extent(other)[1] for other in lane)
-            overlap = min(end, lane_end) - max(start, lane_start)
-            if overlap >= SAME_LANE * min(end - start, lane_end - lane_start):
+            thinnest = min(min(end - start, extent(other)[1] - extent(other)[0]) for other in lane)
+            if abs(_centre(extent(line)) - _lane_centre(lane, extent)) <= SAME_LANE * thinnest:
                 lane.append(line)
                 break
         else:
             lanes.append([line])
     return lanes
+
+
+def _centre(span: tuple[float, float]) -> float:
+    return (span[0] + span[1]) / 2
+
+
+def _lane_centre(lane: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]) -> float:
+    return sum(_centre(extent(line)) for line in lane) / len(lane)
 
 
 def _panel_of(block: Block, panels: Sequence[Box]) -> int:
@@ -300,7 +308,7 @@ def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
     rows: list[list[Block]] = []
     for block in sorted(blocks, key=lambda block: (block.y0, across(block))):
         row = rows[-1] if rows else None
-        if row is not None and all(block.y0 < (other.y0 + other.y1) / 2 for other in row):
+        if row is not None and any(block.y0 < (other.y0 + other.y1) / 2 for other in row):
             row.append(block)
         else:
             rows.append([block])

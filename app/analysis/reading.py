@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from app.analysis.layout import Block, TextLine, reading_order
 from app.analysis.panels import find_panels
-from app.analysis.text_filter import dialogue_lines
+from app.analysis.text_filter import dialogue_blocks, dialogue_lines
 
 MIN_CJK_SHARE_RTL: Final = 0.1
 """A page reads right to left when at least this share of its letters is CJK (kana, kanji)."""
@@ -43,8 +43,5 @@ def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) 
     kept = dialogue_lines(lines)
     right_to_left = is_right_to_left(kept)
     panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
-    return [
-        block
-        for block in reading_order(kept, panels, right_to_left=right_to_left)
-        if block.text
-    ]
+    blocks = reading_order(kept, panels, right_to_left=right_to_left)
+    return dialogue_blocks([block for block in blocks if block.text])

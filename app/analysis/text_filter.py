@@ -9,7 +9,7 @@ tests feed boxes directly. The choices, and what they cost:
   narrow column of kana right beside a wider one would be lost too; that
   layout does not occur in speech bubbles, where one size is used.
 - **Marks and sound effects**: a line is dropped when the recogniser is
-  unsure of it (score below `MIN_LINE_SCORE`: hand-lettered effects read as
+  unsure of it (a block's score below `MIN_BLOCK_SCORE`: hand-lettered effects read as
   garbage score low), when it is oversized (thicker than `OVERSIZED_RATIO` ×
   the page's median line) and not read with confidence (`OVERSIZED_MIN_SCORE`),
   or when it is not a word (one or two Latin letters or digits alone: page
@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Final
 
-from app.analysis.layout import TextLine
+from app.analysis.layout import Block, TextLine
 
 FURIGANA_MAX_RATIO: Final = 0.65
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
@@ -33,8 +33,8 @@ FURIGANA_MAX_GAP: Final = 0.6
 """Ruby hugs its column: the gap is at most this many of the ruby's own thicknesses."""
 FURIGANA_MIN_ALONGSIDE: Final = 0.7
 """Ruby lies beside its column along at least this share of its own length."""
-MIN_LINE_SCORE: Final = 0.65
-"""Lines the recogniser scores below this are dropped (garbage read from drawn lettering)."""
+MIN_BLOCK_SCORE: Final = 0.65
+"""Blocks the recogniser scores below this are dropped (garbage read from drawn lettering)."""
 OVERSIZED_RATIO: Final = 2.0
 """A line this many times thicker than the page's median line is display lettering."""
 OVERSIZED_MIN_SCORE: Final = 0.9
@@ -92,13 +92,26 @@ def is_mark(line: TextLine) -> bool:
 
 
 def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
-    """`lines` without furigana, low-confidence lines, oversized effects and marks."""
-    confident = [line for line in lines if line.score >= MIN_LINE_SCORE and not is_mark(line)]
-    if len(confident) >= 3:
-        median = statistics.median(line.thickness for line in confident)
-        confident = [
-            line
-            for line in confident
-            if line.thickness <= OVERSIZED_RATIO * median or line.score >= OVERSIZED_MIN_SCORE
-        ]
-    return [line for line in confident if not is_furigana(line, confident)]
+    """`lines` without furigana and marks."""
+    words = [line for line in lines if not is_mark(line)]
+    return [line for line in words if not is_furigana(line, words)]
+
+
+def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """`blocks` without those read with low confidence or oversized (sound effects).
+
+    Judged per block, not per line: one doubtful column inside a bubble is kept
+    with its confident neighbours."""
+    confident = [block for block in blocks if block.score >= MIN_BLOCK_SCORE]
+    if len(confident) < 3:
+        return confident
+    median = statistics.median(_thickness(block) for block in confident)
+    return [
+        block
+        for block in confident
+        if _thickness(block) <= OVERSIZED_RATIO * median or block.score >= OVERSIZED_MIN_SCORE
+    ]
+
+
+def _thickness(block: Block) -> float:
+    return statistics.median(line.thickness for line in block.lines)
