@@ -27,12 +27,17 @@ from typing import Final
 
 from app.analysis.layout import Block, TextLine
 
-FURIGANA_MAX_RATIO: Final = 0.65
+FURIGANA_MAX_RATIO: Final = 0.7
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
 FURIGANA_MAX_GAP: Final = 0.6
 """Ruby hugs its column: the gap is at most this many of the ruby's own thicknesses."""
 FURIGANA_MIN_ALONGSIDE: Final = 0.7
 """Ruby lies beside its column along at least this share of its own length."""
+FURIGANA_MAX_PITCH: Final = 0.75
+"""Ruby glyphs are small: the length per character is at most this share of its column's."""
+FURIGANA_MAX_LENGTH: Final = 0.9
+"""Ruby annotates a few characters: it is at most this share of its column's length (a
+narrow column as long as its neighbour is text set in narrow glyphs, not ruby)."""
 MIN_BLOCK_SCORE: Final = 0.65
 """Blocks the recogniser scores below this are dropped (garbage read from drawn lettering)."""
 OVERSIZED_RATIO: Final = 2.0
@@ -72,37 +77,49 @@ def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
             continue
         if main.orientation not in (None, "v" if vertical else "h"):
             continue
+        length, main_length = (
+            (line.height, main.height) if vertical else (line.width, main.width)
+        )
+        pitch = length / max(1, len(line.text))
+        main_pitch = main_length / max(1, len(main.text))
         if (
-            _gap(line, main, vertical) <= FURIGANA_MAX_GAP * line.thickness
+            length <= FURIGANA_MAX_LENGTH * main_length
+            and pitch <= FURIGANA_MAX_PITCH * main_pitch
+            and _gap(line, main, vertical) <= FURIGANA_MAX_GAP * line.thickness
             and _alongside(line, main, vertical) >= FURIGANA_MIN_ALONGSIDE
         ):
             return True
     return False
 
 
-def is_mark(line: TextLine) -> bool:
-    """A page number, a stray letter, Latin read down a column: not a word."""
-    letters = [char for char in line.text if unicodedata.category(char)[0] in "LN"]
-    if not letters:
-        return False  # punctuation alone ("…", "！") is a reply in a bubble
+def is_mark(text: str) -> bool:
+    """A block that is not a word: one or two Latin letters or digits alone (a page number,
+    a letter read in a drawing). Punctuation alone ("…", "！") is a reply in a bubble."""
+    letters = [char for char in text if unicodedata.category(char)[0] in "LN"]
+    return 0 < len(letters) <= 2 and all(char.isascii() for char in letters)
+
+
+def is_latin_column(line: TextLine) -> bool:
+    """Latin letters read down a column: a drawing misread (Japanese columns hold kana)."""
+    letters = [char for char in line.text if unicodedata.category(char)[0] == "L"]
     latin = [char for char in letters if char.isascii()]
-    if len(latin) == len(letters) and len(letters) <= 2:
-        return True
-    return line.orientation == "v" and len(latin) > len(letters) / 2
+    return line.orientation == "v" and len(latin) >= 3 and len(latin) > len(letters) / 2
 
 
 def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
-    """`lines` without furigana and marks."""
-    words = [line for line in lines if not is_mark(line)]
+    """`lines` without furigana and Latin read down a column."""
+    words = [line for line in lines if not is_latin_column(line)]
     return [line for line in words if not is_furigana(line, words)]
 
 
 def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
-    """`blocks` without those read with low confidence or oversized (sound effects).
+    """`blocks` without marks and those read with low confidence or oversized (effects).
 
     Judged per block, not per line: one doubtful column inside a bubble is kept
     with its confident neighbours."""
-    confident = [block for block in blocks if block.score >= MIN_BLOCK_SCORE]
+    confident = [
+        block for block in blocks if block.score >= MIN_BLOCK_SCORE and not is_mark(block.text)
+    ]
     if len(confident) < 3:
         return confident
     median = statistics.median(_thickness(block) for block in confident)
