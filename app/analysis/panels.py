@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 
 LIGHT: Final = 200
 """Grey level (0..255) above which a pixel counts as paper."""
-GUTTER_LIGHT_SHARE: Final = 0.985
+GUTTER_LIGHT_SHARE: Final = 0.995
 """A row (or column) is part of a gutter when at least this share of its pixels is light."""
 MIN_GUTTER: Final = 0.008
 """A gutter is at least this share of the page's short side wide (thinner light bands are
