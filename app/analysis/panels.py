@@ -4,8 +4,9 @@ A gutter is a band of light pixels crossing a whole region of the page.
 The page is cut recursively (an XY cut): first across, at every gutter that
 spans the full width (rows of panels, top to bottom), then each row down, at
 every gutter that spans its full height (panels, right to left for manga),
-and so on inside each piece, a few levels deep. A two-page spread splits at
-its middle the same way. A page with no clear gutters (a single panel, art
+and so on inside each piece, a few levels deep. A page wider than tall is a
+two-page spread: it is cut down first, so each page is read whole, the
+right-hand one first. A page with no clear gutters (a single panel, art
 to the edges) is one panel, and text is then ordered by position alone.
 
 Pure numpy over a greyscale array; nothing here knows of OCR.
@@ -41,7 +42,9 @@ def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[
     min_gutter = max(3, round(MIN_GUTTER * short_side))
     min_panel = max(8, round(MIN_PANEL * short_side))
     panels: list[Box] = []
-    _cut(light, (0, 0, width, height), True, 0, min_gutter, min_panel, right_to_left, panels)
+    # A page wider than tall is a spread: its pages first (cut down), then their rows.
+    across = width <= height
+    _cut(light, (0, 0, width, height), across, 0, min_gutter, min_panel, right_to_left, panels)
     return panels or [(0.0, 0.0, float(width), float(height))]
 
 

@@ -93,10 +93,10 @@ def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
 
 
 def is_mark(text: str) -> bool:
-    """A block that is not a word: one or two Latin letters or digits alone (a page number,
-    a letter read in a drawing). Punctuation alone ("…", "！") is a reply in a bubble."""
-    letters = [char for char in text if unicodedata.category(char)[0] in "LN"]
-    return 0 < len(letters) <= 2 and all(char.isascii() for char in letters)
+    """A block that is not a word: one or two Latin letters or digits and nothing else
+    (a page number, a letter read in a drawing). "Hi!" or "…" is a reply in a bubble."""
+    compact = "".join(unicodedata.normalize("NFKC", text).split())
+    return 0 < len(compact) <= 2 and compact.isascii() and compact.isalnum()
 
 
 def is_latin_column(line: TextLine) -> bool:
