@@ -34,7 +34,7 @@ JOIN_GAP: Final = 0.5
 (columns of one bubble nearly touch; the next bubble is most of a character away)."""
 SIDE_OVERLAP: Final = 0.3
 """Side-by-side lines of one block lie beside each other along this share of the shorter."""
-CONTINUE_GAP: Final = 0.8
+CONTINUE_GAP: Final = 0.5
 """A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""

@@ -43,12 +43,13 @@ from pathlib import Path
 from typing import Any, Final
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont, ImageOps
+from PIL import Image, ImageDraw, ImageFont
 
 from app.analysis.answer import Analysis
 from app.analysis.http import VisionResult
 from app.analysis.images import PreparedImage
-from app.analysis.layout import Block, TextLine
+from app.analysis.layout import Block
+from app.analysis.ocr_pipeline import read_lines
 from app.analysis.reading import read_page
 from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
@@ -62,20 +63,11 @@ WARM_UP_TEXT: Final = "Warm up 42"
 """Drawn and read once at load: proves both models run before the gate opens."""
 CLOSE_WAIT_SECONDS: Final = 5.0
 """How long `close` waits for a load still under way (shutdown must take seconds)."""
-PAD_SHARE: Final = 0.05
-"""Paper added around the image before detection, as a share of its short side."""
-PAD_MIN_PX: Final = 8
-"""At least this much paper is added (a bubble crop a hundred pixels wide)."""
-DET_MAX_SIDE: Final = 1024
-"""Detection runs at the image's own size, only ever scaled down to this long side: no
-upscaling (rapidocr's default enlarges the short side to 736 px, which breaks small crops).
-1024 keeps the lettering of a page 20-30 px high, where the detector does best, and costs
-half the CPU of 1600."""
+DET_LIMIT_SIDE: Final = 4096
+"""rapidocr's own detector resize, made a no-op for the sizes `ocr_pipeline` gives it."""
 DET_UNCLIP_RATIO: Final = 1.3
 """How far detected boxes are grown (rapidocr: 1.6). Less keeps neighbouring columns and
 their furigana in separate boxes instead of one box read as garbage."""
-MIN_TEXT_SCORE: Final = 0.3
-"""rapidocr drops lines scored below this; the layout judges confidence per block instead."""
 DEFAULT_THREADS: Final = 1
 """ONNX Runtime threads per call: each worker thread runs its own page, so one thread per
 call spends no CPU on spinning and synchronising threads."""
@@ -174,9 +166,8 @@ class OcrAnalyzer:
                 params: dict[str, Any] = {
                     "Global.use_cls": False,
                     "Det.limit_type": "max",
-                    "Det.limit_side_len": DET_MAX_SIDE,
+                    "Det.limit_side_len": DET_LIMIT_SIDE,
                     "Det.unclip_ratio": DET_UNCLIP_RATIO,
-                    "Global.text_score": MIN_TEXT_SCORE,
                     "EngineConfig.onnxruntime.intra_op_num_threads": self._threads,
                     "EngineConfig.onnxruntime.inter_op_num_threads": 1,
                     # No memory arena: it keeps the peak of the largest page for good.
@@ -266,19 +257,8 @@ class OcrAnalyzer:
 
     @staticmethod
     def _read(engine: Any, page: Image.Image) -> list[Block]:
-        # A margin of paper: text touching the edge of a tight crop (a single
-        # bubble) is otherwise missed or cut by the detector.
-        margin = max(PAD_MIN_PX, round(PAD_SHARE * min(page.size)))
-        padded = ImageOps.expand(page, border=margin, fill="white")
-        result = engine(padded)
-        if result.boxes is None or result.txts is None:
-            return []
-        lines = [
-            TextLine.from_quad((box - margin).tolist(), text, score)
-            for box, text, score in zip(result.boxes, result.txts, result.scores, strict=True)
-        ]
-        grey = np.asarray(page.convert("L"))
-        return read_page(lines, grey)
+        lines = read_lines(engine, page)
+        return read_page(lines, np.asarray(page.convert("L")))
 
 
 def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:
