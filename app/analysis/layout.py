@@ -38,7 +38,7 @@ CONTINUE_GAP: Final = 0.5
 """A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
-SAME_SIZE: Final = 1.6
+SAME_SIZE: Final = 2.0
 """Lines of one block differ in thickness by at most this factor."""
 
 Box = tuple[float, float, float, float]
