@@ -36,8 +36,9 @@ PAD_SHARE: Final = 0.05
 """Paper added around the image before detection, as a share of its short side."""
 PAD_MIN_PX: Final = 8
 """At least this much paper is added (a bubble crop a hundred pixels wide)."""
-DET_MAX_SIDE: Final = 1024
-"""The detector sees the page scaled down to this long side at most."""
+DET_MAX_SIDE: Final = 960
+"""The detector sees the page scaled down to this long side at most: lettering of a printed
+page stays about 20 px thick, and memory and CPU grow with the pixels."""
 DET_SMALL_TEXT_PX: Final = 20
 """Lettering thinner than this (boxes' short side, image pixels) is detected again, enlarged."""
 DET_TARGET_TEXT_PX: Final = 28
