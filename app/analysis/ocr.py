@@ -2,10 +2,13 @@
 
 It stands where the vision client stands (`VisionModel` in
 `app.analysis.handler`), so the runner, heartbeats, fencing, deadlines,
-cancellation and events are the same. It fills `ocr_text` in manga reading
-order (`app.analysis.layout`), leaves tags and description empty and
-the NSFW verdict `None` (nothing was judged), and names the engine and model
-files as `model`.
+cancellation and events are the same. It fills `ocr_text` (one line per
+text block) and `ocr_blocks` (each block's text, box in the original image's
+pixels, orientation and score), in reading order: lines are read by
+`app.analysis.ocr_pipeline` and turned into dialogue blocks by
+`app.analysis.reading`. It leaves tags and description empty and the NSFW
+verdict `None` (nothing was judged), and names the engine and model files as
+`model`. docs/ocr.md says what it reads and drops, and how well.
 
 Models: only the ONNX files inside rapidocr's wheel (PP-OCRv6 small
 detection and recognition; the recogniser is multilingual and carries its
@@ -22,12 +25,12 @@ that. A slow load therefore holds the gate closed instead of eating into a
 job's deadline.
 
 Threads: worker threads share one engine without a lock. ONNX Runtime
-documents `InferenceSession.run` as safe to call concurrently, and rapidocr
-3.x keeps per-call state on the stack when called without per-call options
-(it loads its sessions under its own locks; the only shared write per call
-is its detector's stateless pre-processor, rebuilt identically each call).
-`analyze` never passes per-call options, which rapidocr would store on the
-shared engine.
+documents `InferenceSession.run` as safe to call concurrently, and the model
+wrappers of rapidocr 3.x used here keep per-call state on the stack (rapidocr
+loads its sessions under its own locks; the only shared write per call is its
+detector's stateless pre-processor, rebuilt identically each call). Each call
+runs on one ONNX Runtime thread (`DEFAULT_THREADS`): the worker threads give
+the concurrency, and one thread per call wastes no CPU on synchronisation.
 """
 
 from __future__ import annotations
