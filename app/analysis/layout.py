@@ -80,9 +80,7 @@ class TextLine:
         return None
 
     @classmethod
-    def from_quad(
-        cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0
-    ) -> TextLine:
+    def from_quad(cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0) -> TextLine:
         """From the four corner points an OCR engine gives (any order, possibly skewed)."""
         points = list(quad)
         xs = [float(point[0]) for point in points]
@@ -288,9 +286,7 @@ def _panel_of(block: Block, panels: Sequence[Box]) -> int:
     return len(panels)  # outside every panel (a caption in a gutter): read last
 
 
-def _order_blocks(
-    blocks: list[Block], panels: Sequence[Box], right_to_left: bool
-) -> list[Block]:
+def _order_blocks(blocks: list[Block], panels: Sequence[Box], right_to_left: bool) -> list[Block]:
     by_panel: dict[int, list[Block]] = {}
     for block in blocks:
         by_panel.setdefault(_panel_of(block, panels), []).append(block)
@@ -302,6 +298,7 @@ def _order_blocks(
 
 def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
     """Rows top to bottom; within a row right to left (or left to right)."""
+
     def across(block: Block) -> float:
         return -block.x1 if right_to_left else block.x0
 

@@ -157,9 +157,7 @@ def evaluate(folder: Path, *, only: Sequence[str] = (), verbose: bool = False) -
     from app.analysis.images import prepare_image
     from app.analysis.ocr import OcrAnalyzer
 
-    truth: dict[str, dict[str, Any]] = json.loads(
-        (folder / "ground_truth.json").read_text("utf-8")
-    )
+    truth: dict[str, dict[str, Any]] = json.loads((folder / "ground_truth.json").read_text("utf-8"))
     images = folder / "images" if (folder / "images").is_dir() else folder
     analyzer = OcrAnalyzer()
     cpu_started = time.process_time()

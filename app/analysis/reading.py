@@ -29,9 +29,7 @@ MIN_CJK_SHARE_RTL: Final = 0.1
 
 def is_right_to_left(lines: Sequence[TextLine]) -> bool:
     """Manga order unless the page's letters are (almost) all Latin."""
-    letters = [
-        char for line in lines for char in line.text if unicodedata.category(char)[0] == "L"
-    ]
+    letters = [char for line in lines for char in line.text if unicodedata.category(char)[0] == "L"]
     if not letters:
         return True
     cjk = sum(1 for char in letters if not char.isascii())

@@ -77,9 +77,7 @@ def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
             continue
         if main.orientation not in (None, "v" if vertical else "h"):
             continue
-        length, main_length = (
-            (line.height, main.height) if vertical else (line.width, main.width)
-        )
+        length, main_length = (line.height, main.height) if vertical else (line.width, main.width)
         pitch = length / max(1, len(line.text))
         main_pitch = main_length / max(1, len(main.text))
         if (
