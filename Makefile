@@ -25,6 +25,12 @@ run-worker: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m app demo
 
+# Measures the `ocr` analyzer on a folder of images with a ground_truth.json (docs/ocr.md).
+.PHONY: eval-ocr
+eval-ocr: $(STAMP)
+	@test -n "$(DATA)" || { echo "usage: make eval-ocr DATA=<folder with ground_truth.json>"; exit 2; }
+	$(PY) -m app.analysis.ocr_eval $(DATA) $(EVAL_ARGS)
+
 migrate: $(STAMP)
 	$(PY) -m app migrate
 

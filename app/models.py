@@ -194,6 +194,7 @@ class PageAnalysis(Base):
     )
     status: Mapped[str] = mapped_column(Text, nullable=False)
     ocr_text: Mapped[str | None] = mapped_column(Text)
+    ocr_blocks: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     tags: Mapped[list[str]] = mapped_column(
         ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")
     )

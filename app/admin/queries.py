@@ -239,6 +239,7 @@ def get_page_analysis(conn: Conn, page_id: uuid.UUID) -> dict[str, Any]:
         "page_id": str(row.page_id),
         "status": row.status,
         "ocr_text": row.ocr_text,
+        "ocr_blocks": row.ocr_blocks,
         "tags": list(row.tags or []),
         "description": row.description,
         "nsfw": nsfw,

@@ -96,6 +96,8 @@ class Analysis:
     description: str
     nsfw_rating: str | None
     nsfw_score: float | None
+    ocr_blocks: list[dict[str, Any]] | None = None
+    """Text blocks with positions (the `ocr` analyzer); `None` when there are none to give."""
 
 
 def parse_analysis(content: str | None) -> Analysis:

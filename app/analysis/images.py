@@ -46,6 +46,9 @@ class PreparedImage:
     width: int
     height: int
     reencoded: bool
+    original_size: tuple[int, int] | None = None
+    """Width and height of the upright source image, when scaling changed them (OCR boxes
+    are given in these pixels)."""
 
 
 def prepare_image(
@@ -117,7 +120,10 @@ def _prepare(image: Image.Image, original: bytes, max_side_px: int) -> PreparedI
     width, height = image.size
     long_side = max(width, height)
     # Orientations 2..8 flip or rotate; anything else (1, missing, junk) means upright.
-    needs_rotation = image.getexif().get(_EXIF_ORIENTATION, 1) in range(2, 9)
+    orientation = image.getexif().get(_EXIF_ORIENTATION, 1)
+    needs_rotation = orientation in range(2, 9)
+    # Orientations 5..8 turn the image a quarter: its upright width is the stored height.
+    upright_size = (height, width) if orientation in range(5, 9) else (width, height)
     passthrough_mime = _PASSTHROUGH_MIME.get(source_format)
     # llama.cpp's stb_image cannot read CMYK JPEGs; model servers ignore EXIF
     # orientation, so a rotated photo must be turned upright by re-encoding.
@@ -154,7 +160,10 @@ def _prepare(image: Image.Image, original: bytes, max_side_px: int) -> PreparedI
         converted.save(out, format="JPEG", quality=JPEG_QUALITY)
         mime = "image/jpeg"
     out_width, out_height = converted.size
-    return PreparedImage(mime, out.getvalue(), out_width, out_height, reencoded=True)
+    original_size = None if upright_size == converted.size else upright_size
+    return PreparedImage(
+        mime, out.getvalue(), out_width, out_height, reencoded=True, original_size=original_size
+    )
 
 
 def _scaled_size(size: tuple[int, int], max_side_px: int) -> tuple[int, int]:

@@ -1,22 +1,23 @@
-"""Manga reading order for OCR text lines: bubbles right to left, top to bottom.
+"""Text blocks from OCR lines, and their reading order.
 
 An OCR engine returns text lines (boxes) in no useful order for a manga
-page. This module groups nearby lines into blocks (a speech bubble, a
-caption), orders the blocks as a reader of a Japanese manga would, and
-orders the lines inside each block:
+page. This module groups lines into blocks (a speech bubble, a caption),
+orders the lines inside each block, and orders the blocks:
 
-- blocks: in rows from top to bottom; within a row, right to left. A block
-  joins the current row when its top lies above the vertical middle of every
-  block already in the row (side-by-side bubbles start at about the same
-  height; a bubble further down starts a new row).
-- a vertical block (tall, narrow lines: Japanese written in columns): its
-  columns right to left, each column top to bottom;
-- a horizontal block (English, horizontal captions): its lines top to
-  bottom, each line left to right.
+- grouping: two lines share a block when they are set in about one size
+  (`SAME_SIZE`) and are neighbours: side by side along most of their
+  length with a gap under `JOIN_GAP` thicknesses (the columns of a bubble
+  nearly touch; the next bubble is most of a character away), or one
+  continuing the other down its column (a column the detector cut in two).
+- inside a block: a vertical block (Japanese in columns) reads its columns
+  right to left, each top to bottom; a horizontal block reads its lines top
+  to bottom, each left to right.
+- blocks: panel by panel, in the panels' order (`app.analysis.panels`);
+  within a panel in rows from top to bottom, each row right to left (left
+  to right on a left-to-right page). A block joins the current row when
+  its top lies above the vertical middle of a block already in it.
 
-The heuristic knows nothing of panel borders: a tall panel on the right
-beside two stacked panels on the left is read row by row, not panel by
-panel. Pure functions, no OCR engine: tests feed boxes directly.
+Pure functions, no OCR engine and no image: tests feed boxes directly.
 """
 
 from __future__ import annotations
@@ -24,14 +25,24 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
-JOIN_MARGIN: Final = 0.45
-"""Lines whose boxes come within this many line-thicknesses (each side) share a block."""
+JOIN_GAP: Final = 0.5
+"""Side-by-side lines share a block when the gap between them is under this many thicknesses
+(columns of one bubble nearly touch; the next bubble is most of a character away)."""
+SIDE_OVERLAP: Final = 0.3
+"""Side-by-side lines of one block lie beside each other along this share of the shorter."""
+CONTINUE_GAP: Final = 0.5
+"""A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
+SAME_SIZE: Final = 2.0
+"""Lines of one block differ in thickness by at most this factor."""
+
+Box = tuple[float, float, float, float]
+"""x0, y0, x1, y1 in pixels, y down."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +54,8 @@ class TextLine:
     x1: float
     y1: float
     text: str
+    score: float = 1.0
+    """The recogniser's confidence in `text`, 0..1."""
 
     @property
     def width(self) -> float:
@@ -67,12 +80,12 @@ class TextLine:
         return None
 
     @classmethod
-    def from_quad(cls, quad: Iterable[Sequence[float]], text: str) -> TextLine:
+    def from_quad(cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0) -> TextLine:
         """From the four corner points an OCR engine gives (any order, possibly skewed)."""
         points = list(quad)
         xs = [float(point[0]) for point in points]
         ys = [float(point[1]) for point in points]
-        return cls(min(xs), min(ys), max(xs), max(ys), text)
+        return cls(min(xs), min(ys), max(xs), max(ys), text, float(score))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +115,46 @@ class Block:
     def text(self) -> str:
         return join_pieces(line.text for line in self.lines)
 
+    @property
+    def score(self) -> float:
+        """The recogniser's confidence over the block, weighted by characters."""
+        weights = [max(1, len(line.text)) for line in self.lines]
+        return sum(w * line.score for w, line in zip(weights, self.lines, strict=True)) / sum(
+            weights
+        )
 
-def reading_order(lines: Sequence[TextLine]) -> list[Block]:
-    """The blocks of `lines` in manga reading order, each with its lines in order."""
+    def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
+        """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;
+        the box is multiplied by the scales (back to the original image's pixels)."""
+        box = [
+            round(self.x0 * scale_x),
+            round(self.y0 * scale_y),
+            round(self.x1 * scale_x),
+            round(self.y1 * scale_y),
+        ]
+        return {
+            "text": self.text,
+            "box": box,
+            "vertical": self.vertical,
+            "score": round(self.score, 3),
+        }
+
+
+def reading_order(
+    lines: Sequence[TextLine],
+    panels: Sequence[Box] = (),
+    *,
+    right_to_left: bool = True,
+) -> list[Block]:
+    """The blocks of `lines` in reading order, each with its lines in order.
+
+    `panels`: panel boxes already in reading order (`app.analysis.panels`);
+    a block belongs to the panel holding its centre, and the panels are read
+    in turn. Without panels the page is one panel. `right_to_left`: manga
+    order; `False` reads rows left to right (comics, webtoons).
+    """
     blocks = [_order_block(group) for group in _group(lines)]
-    return _order_blocks(blocks)
+    return _order_blocks(blocks, panels, right_to_left)
 
 
 def page_text(lines: Sequence[TextLine]) -> str:
@@ -135,17 +183,33 @@ def _is_cjk(char: str) -> bool:
 
 
 def _compatible(a: TextLine, b: TextLine) -> bool:
-    return a.orientation is None or b.orientation is None or a.orientation == b.orientation
+    if not (a.orientation is None or b.orientation is None or a.orientation == b.orientation):
+        return False
+    # One block is set in one size: a title beside a bubble, or ruby, is not joined.
+    return max(a.thickness, b.thickness) <= SAME_SIZE * min(a.thickness, b.thickness)
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    """How much two spans overlap, as a share of the shorter one (negative: a gap)."""
+    return (min(a1, b1) - max(a0, b0)) / max(1.0, min(a1 - a0, b1 - b0))
 
 
 def _near(a: TextLine, b: TextLine) -> bool:
-    margin_a, margin_b = JOIN_MARGIN * a.thickness, JOIN_MARGIN * b.thickness
-    return (
-        a.x0 - margin_a <= b.x1 + margin_b
-        and b.x0 - margin_b <= a.x1 + margin_a
-        and a.y0 - margin_a <= b.y1 + margin_b
-        and b.y0 - margin_b <= a.y1 + margin_a
+    """Neighbours in one block: side by side along most of the shorter one with a
+    gap under `JOIN_GAP` thicknesses, or one continuing the other (a split column)."""
+    size = max(a.thickness, b.thickness)
+    x_gap = max(a.x0, b.x0) - min(a.x1, b.x1)
+    y_gap = max(a.y0, b.y0) - min(a.y1, b.y1)
+    vertical = "v" in (a.orientation, b.orientation) or (
+        a.orientation is None and b.orientation is None
     )
+    if vertical:
+        beside = x_gap <= JOIN_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SIDE_OVERLAP
+        below = y_gap <= CONTINUE_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SAME_LANE
+    else:
+        beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
+        below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
+    return beside or below
 
 
 def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
@@ -178,12 +242,12 @@ def _order_block(lines: list[TextLine]) -> Block:
     if vertical:
         # Columns right to left, each column top to bottom.
         lanes = _lanes(lines, lambda line: (line.x0, line.x1))
-        lanes.sort(key=lambda lane: -max(line.x1 for line in lane))
+        lanes.sort(key=lambda lane: -_lane_centre(lane, lambda line: (line.x0, line.x1)))
         ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.y0)]
     else:
         # Rows top to bottom, each row left to right.
         lanes = _lanes(lines, lambda line: (line.y0, line.y1))
-        lanes.sort(key=lambda lane: min(line.y0 for line in lane))
+        lanes.sort(key=lambda lane: _lane_centre(lane, lambda line: (line.y0, line.y1)))
         ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.x0)]
     return Block(tuple(ordered), vertical)
 
@@ -191,15 +255,14 @@ def _order_block(lines: list[TextLine]) -> Block:
 def _lanes(
     lines: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]
 ) -> list[list[TextLine]]:
-    """Lines sharing a column (`extent` = x span) or a row (`extent` = y span)."""
+    """Lines sharing a column (`extent` = x span) or a row (`extent` = y span): their
+    centres lie within `SAME_LANE` of the thinner one's thickness."""
     lanes: list[list[TextLine]] = []
-    for line in sorted(lines, key=lambda line: extent(line)[0]):
+    for line in sorted(lines, key=lambda line: _centre(extent(line))):
         start, end = extent(line)
         for lane in lanes:
-            lane_start = min(extent(other)[0] for other in lane)
-            lane_end = max(extent(other)[1] for other in lane)
-            overlap = min(end, lane_end) - max(start, lane_start)
-            if overlap >= SAME_LANE * min(end - start, lane_end - lane_start):
+            thinnest = min(min(end - start, extent(other)[1] - extent(other)[0]) for other in lane)
+            if abs(_centre(extent(line)) - _lane_centre(lane, extent)) <= SAME_LANE * thinnest:
                 lane.append(line)
                 break
         else:
@@ -207,12 +270,43 @@ def _lanes(
     return lanes
 
 
-def _order_blocks(blocks: list[Block]) -> list[Block]:
+def _centre(span: tuple[float, float]) -> float:
+    return (span[0] + span[1]) / 2
+
+
+def _lane_centre(lane: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]) -> float:
+    return sum(_centre(extent(line)) for line in lane) / len(lane)
+
+
+def _panel_of(block: Block, panels: Sequence[Box]) -> int:
+    cx, cy = (block.x0 + block.x1) / 2, (block.y0 + block.y1) / 2
+    for index, (x0, y0, x1, y1) in enumerate(panels):
+        if x0 <= cx <= x1 and y0 <= cy <= y1:
+            return index
+    return len(panels)  # outside every panel (a caption in a gutter): read last
+
+
+def _order_blocks(blocks: list[Block], panels: Sequence[Box], right_to_left: bool) -> list[Block]:
+    by_panel: dict[int, list[Block]] = {}
+    for block in blocks:
+        by_panel.setdefault(_panel_of(block, panels), []).append(block)
+    ordered: list[Block] = []
+    for index in sorted(by_panel):
+        ordered.extend(_order_rows(by_panel[index], right_to_left))
+    return ordered
+
+
+def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
+    """Rows top to bottom; within a row right to left (or left to right)."""
+
+    def across(block: Block) -> float:
+        return -block.x1 if right_to_left else block.x0
+
     rows: list[list[Block]] = []
-    for block in sorted(blocks, key=lambda block: (block.y0, -block.x1)):
+    for block in sorted(blocks, key=lambda block: (block.y0, across(block))):
         row = rows[-1] if rows else None
-        if row is not None and all(block.y0 < (other.y0 + other.y1) / 2 for other in row):
+        if row is not None and any(block.y0 < (other.y0 + other.y1) / 2 for other in row):
             row.append(block)
         else:
             rows.append([block])
-    return [block for row in rows for block in sorted(row, key=lambda block: -block.x1)]
+    return [block for row in rows for block in sorted(row, key=across)]

@@ -2,10 +2,13 @@
 
 It stands where the vision client stands (`VisionModel` in
 `app.analysis.handler`), so the runner, heartbeats, fencing, deadlines,
-cancellation and events are the same. It fills `ocr_text` in manga reading
-order (`app.analysis.layout`), leaves tags and description empty and
-the NSFW verdict `None` (nothing was judged), and names the engine and model
-files as `model`.
+cancellation and events are the same. It fills `ocr_text` (one line per
+text block) and `ocr_blocks` (each block's text, box in the original image's
+pixels, orientation and score), in reading order: lines are read by
+`app.analysis.ocr_pipeline` and turned into dialogue blocks by
+`app.analysis.reading`. It leaves tags and description empty and the NSFW
+verdict `None` (nothing was judged), and names the engine and model files as
+`model`. docs/ocr.md says what it reads and drops, and how well.
 
 Models: only the ONNX files inside rapidocr's wheel (PP-OCRv6 small
 detection and recognition; the recogniser is multilingual and carries its
@@ -22,16 +25,18 @@ that. A slow load therefore holds the gate closed instead of eating into a
 job's deadline.
 
 Threads: worker threads share one engine without a lock. ONNX Runtime
-documents `InferenceSession.run` as safe to call concurrently, and rapidocr
-3.x keeps per-call state on the stack when called without per-call options
-(it loads its sessions under its own locks; the only shared write per call
-is its detector's stateless pre-processor, rebuilt identically each call).
-`analyze` never passes per-call options, which rapidocr would store on the
-shared engine.
+documents `InferenceSession.run` as safe to call concurrently, and the model
+wrappers of rapidocr 3.x used here keep per-call state on the stack (rapidocr
+loads its sessions under its own locks; the only shared write per call is its
+detector's stateless pre-processor, rebuilt identically each call). Each call
+runs on one ONNX Runtime thread (`DEFAULT_THREADS`): the worker threads give
+the concurrency, and one thread per call wastes no CPU on synchronisation.
 """
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import importlib.metadata
 import importlib.util
 import io
@@ -42,12 +47,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from app.analysis.answer import Analysis
 from app.analysis.http import VisionResult
 from app.analysis.images import PreparedImage
-from app.analysis.layout import TextLine, page_text
+from app.analysis.layout import Block
+from app.analysis.ocr_pipeline import read_lines
+from app.analysis.reading import read_page
 from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)
@@ -60,6 +68,16 @@ WARM_UP_TEXT: Final = "Warm up 42"
 """Drawn and read once at load: proves both models run before the gate opens."""
 CLOSE_WAIT_SECONDS: Final = 5.0
 """How long `close` waits for a load still under way (shutdown must take seconds)."""
+DET_LIMIT_SIDE: Final = 4096
+"""rapidocr's own detector resize, made a no-op for the sizes `ocr_pipeline` gives it."""
+DET_UNCLIP_RATIO: Final = 1.3
+"""How far detected boxes are grown (rapidocr: 1.6). Less keeps neighbouring columns and
+their furigana in separate boxes instead of one box read as garbage."""
+REC_BATCH: Final = 1
+"""Lines recognised per call: one costs no CPU over six (no padding) and bounds memory."""
+DEFAULT_THREADS: Final = 1
+"""ONNX Runtime threads per call: each worker thread runs its own page, so one thread per
+call spends no CPU on spinning and synchronising threads."""
 OCR_TEXT_MAX_CHARS: Final = 20_000
 """Bound on the stored text of one page (a dense page holds a few thousand characters)."""
 
@@ -99,9 +117,10 @@ class OcrAnalyzer:
     """
 
     def __init__(self, *, model_dir: Path | None = None, threads: int | None = None) -> None:
-        """`threads`: ONNX Runtime's intra-op threads per call; `None` lets it choose
-        (one per core)."""
-        self._threads = threads
+        """`threads`: ONNX Runtime's intra-op threads per call; `None` is
+        `DEFAULT_THREADS` (one: concurrency comes from the worker threads), `-1`
+        lets ONNX Runtime choose (one per core)."""
+        self._threads = DEFAULT_THREADS if threads is None else threads
         model_dir = model_dir if model_dir is not None else wheel_model_dir()
         self.det_model_path = model_dir / DET_MODEL_FILE
         self.rec_model_path = model_dir / REC_MODEL_FILE
@@ -153,14 +172,22 @@ class OcrAnalyzer:
 
                 params: dict[str, Any] = {
                     "Global.use_cls": False,
+                    "Det.limit_type": "max",
+                    "Det.limit_side_len": DET_LIMIT_SIDE,
+                    "Det.unclip_ratio": DET_UNCLIP_RATIO,
+                    "EngineConfig.onnxruntime.intra_op_num_threads": self._threads,
+                    "EngineConfig.onnxruntime.inter_op_num_threads": 1,
+                    # One line per recognition call: a batch is padded to its widest
+                    # line, and memory grows with batch x width (6 long lines: 800 MB).
+                    "Rec.rec_batch_num": REC_BATCH,
+                    # No memory arena: it keeps the peak of the largest page for good.
+                    "EngineConfig.onnxruntime.enable_cpu_mem_arena": False,
                     "Global.log_level": "error",
                     "Det.model_path": str(self.det_model_path),
                     "Rec.model_path": str(self.rec_model_path),
                 }
-                if self._threads is not None:
-                    params["EngineConfig.onnxruntime.intra_op_num_threads"] = self._threads
                 engine = RapidOCR(params=params)
-                warm_up = self._read(engine, _warm_up_image())
+                warm_up = " ".join(block.text for block in self._read(engine, _warm_up_image()))
             except Exception as exc:
                 raise OcrModelError(
                     f"OCR models failed to load: {type(exc).__name__}: {exc}"
@@ -223,23 +250,28 @@ class OcrAnalyzer:
             # The gate keeps jobs away until load; a host calling directly loads here.
             self.load()
         page = _decode(image)
-        text = self._read(self._engine, page)[:OCR_TEXT_MAX_CHARS]
+        try:
+            blocks = [block for block in self._read(self._engine, page) if block.text]
+        finally:
+            _release_memory()
         _check(deadline, cancel, job_label)
+        width, height = image.original_size or page.size
+        scale_x, scale_y = width / page.width, height / page.height
+        text = "\n".join(block.text for block in blocks)[:OCR_TEXT_MAX_CHARS]
         analysis = Analysis(
-            ocr_text=text, tags=(), description="", nsfw_rating=None, nsfw_score=None
+            ocr_text=text,
+            tags=(),
+            description="",
+            nsfw_rating=None,
+            nsfw_score=None,
+            ocr_blocks=[block.as_json(scale_x, scale_y) for block in blocks],
         )
         return VisionResult(analysis=analysis, model=self.model)
 
     @staticmethod
-    def _read(engine: Any, page: Image.Image) -> str:
-        result = engine(page)
-        if result.boxes is None or result.txts is None:
-            return ""
-        lines = [
-            TextLine.from_quad(box.tolist(), text)
-            for box, text in zip(result.boxes, result.txts, strict=True)
-        ]
-        return page_text(lines)
+    def _read(engine: Any, page: Image.Image) -> list[Block]:
+        lines = read_lines(engine, page)
+        return read_page(lines, np.asarray(page.convert("L")))
 
 
 def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:
@@ -247,6 +279,26 @@ def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> N
         raise VisionCancelled(f"{job_label}: OCR cancelled".lstrip(": "))
     if time.monotonic() >= deadline:
         raise DispatchTimeout(f"{job_label}: OCR ran past the job deadline".lstrip(": "))
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to do
+
+
+def _release_memory() -> None:
+    """Give the memory of the page just read back to the system.
+
+    ONNX Runtime runs without its arena (rapidocr's setting), so the models'
+    working memory (about 200 MB for a page) comes from malloc, and glibc
+    keeps freed blocks for reuse by the thread that freed them: an idle
+    worker would stay at its peak. `malloc_trim` hands them back."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 def _decode(image: PreparedImage) -> Image.Image:

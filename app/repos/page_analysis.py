@@ -33,6 +33,7 @@ def save_done(
     values: dict[str, Any] = {
         "status": "done",
         "ocr_text": analysis.ocr_text,
+        "ocr_blocks": analysis.ocr_blocks,
         "tags": list(analysis.tags),
         "description": analysis.description,
         "nsfw_rating": analysis.nsfw_rating,

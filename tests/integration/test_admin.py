@@ -409,6 +409,7 @@ def test_page_analysis_read(engine):
         "page_id": str(page_id),
         "status": "done",
         "ocr_text": "よつばと",
+        "ocr_blocks": None,
         "tags": ["kid", "summer"],
         "description": "a girl",
         "nsfw": {"rating": "safe", "score": 0.02},

@@ -148,14 +148,15 @@ def test_make_demo_runs_twice_on_the_test_database(database_url, engine, tmp_pat
     up_to_date = subprocess.run(["make", "-q", "install"], cwd=ROOT, capture_output=True)
     assert up_to_date.returncode == 0, "the .venv stamp is out of date: run `make install`"
     env = ocr_env(database_url, tmp_path / "storage")
+    pages = len(EXPECTED)
 
     first = make_demo(env)
     assert first.returncode == 0, first.stdout + first.stderr
     out = first.stdout
-    assert "Imported 'Sample manga (make demo)': 4 page(s)" in out
+    assert f"Imported 'Sample manga (make demo)': {pages} page(s)" in out
     assert "OCR model loaded and warmed up" in out
-    assert "[4/4]" in out and "Finished after" in out
-    table = out[out.index("OCR text (one bubble per ' / ')") :].splitlines()[1:5]
+    assert f"[{pages}/{pages}]" in out and "Finished after" in out
+    table = out[out.index("OCR text (one bubble per ' / ')") :].splitlines()[1 : 1 + pages]
     for number, (line, name) in enumerate(zip(table, sorted(EXPECTED), strict=True), start=1):
         assert line.split()[:2] == [str(number), "done"], line
         assert_reads(line, EXPECTED[name] or ["(no text)"])
@@ -165,12 +166,12 @@ def test_make_demo_runs_twice_on_the_test_database(database_url, engine, tmp_pat
 
     second = make_demo(env)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert "Reusing 'Sample manga (make demo)': 4 page(s)" in second.stdout
-    assert "again (force)" in second.stdout and "[4/4]" in second.stdout
+    assert f"Reusing 'Sample manga (make demo)': {pages} page(s)" in second.stdout
+    assert "again (force)" in second.stdout and f"[{pages}/{pages}]" in second.stdout
     with engine.connect() as conn:
         mangas = conn.execute(text("SELECT count(*) FROM mangas")).scalar_one()
         states = conn.execute(text("SELECT state, count(*) FROM crawler_jobs GROUP BY state")).all()
         statuses = conn.execute(text("SELECT DISTINCT status FROM page_analysis")).scalars().all()
     assert mangas == 1
-    assert dict(states) == {"done": 8}  # four pages, analysed twice
+    assert dict(states) == {"done": 2 * pages}  # every page, analysed twice
     assert statuses == ["done"]

@@ -18,11 +18,13 @@ import threading
 import time
 import unicodedata
 from datetime import timedelta
+from io import BytesIO
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from PIL import Image
 from sqlalchemy import text
 
 from app.analysis.events import analysis_event_bus
@@ -35,7 +37,9 @@ from app.errors import DispatchTimeout, VisionCancelled
 from tests.worker_support import EventRecorder
 
 SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
-EXPECTED: dict[str, list[str]] = json.loads((SAMPLES / "pages.json").read_text("utf-8"))["pages"]
+MANIFEST: dict[str, Any] = json.loads((SAMPLES / "pages.json").read_text("utf-8"))
+EXPECTED: dict[str, list[str]] = MANIFEST["pages"]
+NOT_TEXT: dict[str, list[str]] = MANIFEST["not_text"]
 
 
 def normalise(value: str) -> str:
@@ -76,6 +80,62 @@ def test_reads_the_sample_pages_in_manga_reading_order(ocr, name):
         assert result.analysis.ocr_text == ""
     # One line per bubble.
     assert len(result.analysis.ocr_text.splitlines()) == len(EXPECTED[name])
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_each_bubble_is_one_block_read_whole_and_nothing_else_is_read(ocr, name):
+    """Blocks, exactly: no furigana, no sound effect, no bubble split or merged."""
+    result = ocr.analyze(page(name), deadline=far())
+    blocks = result.analysis.ocr_blocks
+    assert blocks is not None
+    assert [normalise(block["text"]) for block in blocks] == [
+        normalise(phrase) for phrase in EXPECTED[name]
+    ]
+    assert result.analysis.ocr_text.splitlines() == [block["text"] for block in blocks]
+    for drawn in NOT_TEXT.get(name, []):
+        if not any(drawn in phrase for phrase in EXPECTED[name]):
+            assert drawn not in result.analysis.ocr_text
+
+
+def test_the_test_pages_draw_furigana_a_sound_effect_and_a_left_to_right_page():
+    drawn = [text for texts in NOT_TEXT.values() for text in texts]
+    assert "ドドド" in drawn and "あした" in drawn
+    assert any(
+        all(phrase.isascii() for phrase in phrases) and phrases for phrases in EXPECTED.values()
+    )
+
+
+def test_blocks_give_their_place_on_the_page_in_original_pixels(ocr):
+    full = ocr.analyze(page("005.png"), deadline=far()).analysis.ocr_blocks
+    assert full is not None
+    with Image.open(SAMPLES / "005.png") as original:
+        width, height = original.size
+    # The tall right-hand panel spans x 306..580; the stacked ones 20..294.
+    for block, in_right_panel in zip(full, [True, True, False, False, True], strict=True):
+        x0, y0, x1, y1 = block["box"]
+        assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height
+        assert (x0 > 300) == in_right_panel, block
+        assert block["vertical"] is True and 0.5 <= block["score"] <= 1
+    # The same page scaled down for the model: boxes still in the original's pixels.
+    small = prepare_image((SAMPLES / "005.png").read_bytes(), max_side_px=700)
+    assert small.original_size == (width, height) and small.height == 700
+    scaled = ocr.analyze(small, deadline=far()).analysis.ocr_blocks
+    assert scaled is not None and len(scaled) == len(full)
+    for got, want in zip(scaled, full, strict=True):
+        assert all(abs(a - b) <= 12 for a, b in zip(got["box"], want["box"], strict=True))
+
+
+def test_a_single_bubble_cut_from_a_page_reads_as_well_as_on_the_page(ocr):
+    """No blind upscaling: a small crop reads the same as the page it came from."""
+    blocks = ocr.analyze(page("001.png"), deadline=far()).analysis.ocr_blocks
+    assert blocks is not None
+    x0, y0, x1, y1 = blocks[0]["box"]
+    with Image.open(SAMPLES / "001.png") as original:
+        crop = original.convert("L").crop((x0 - 6, y0 - 6, x1 + 6, y1 + 6))
+    buffer = BytesIO()
+    crop.save(buffer, "PNG")
+    result = ocr.analyze(prepare_image(buffer.getvalue()), deadline=far())
+    assert normalise(result.analysis.ocr_text) == normalise(EXPECTED["001.png"][0])
 
 
 def test_leaves_tags_description_and_nsfw_unjudged_and_names_the_model(ocr):
@@ -131,10 +191,6 @@ def test_checks_cancel_and_deadline_before_reading(ocr):
 
 
 def test_a_transparent_page_reads_as_if_on_white_paper(ocr):
-    from io import BytesIO
-
-    from PIL import Image
-
     with Image.open(SAMPLES / "001.png") as original:
         grey = original.convert("L")
     # Black text on a fully transparent background: flattened onto black it would vanish.
@@ -226,6 +282,10 @@ def test_the_runner_stores_ocr_results_with_a_null_nsfw_verdict(
     assert [row.status for row in rows] == ["done"] * len(EXPECTED)
     for row, name in zip(rows, sorted(EXPECTED), strict=True):
         assert_reads(row.ocr_text, EXPECTED[name])
+        assert [block["text"] for block in row.ocr_blocks] == (
+            row.ocr_text.splitlines() if row.ocr_text else []
+        )
+        assert all(len(block["box"]) == 4 for block in row.ocr_blocks)
         assert (row.nsfw_rating, row.nsfw_score) == (None, None)
         assert (row.tags, row.description, row.model) == ([], "", ocr.model)
 

@@ -79,3 +79,59 @@ def test_join_pieces_puts_spaces_only_where_a_script_needs_them():
 def test_from_quad_takes_the_bounding_box_of_a_skewed_quadrilateral():
     line = TextLine.from_quad([[200, 507], [397, 512], [396, 545], [199, 540]], "x")
     assert (line.x0, line.y0, line.x1, line.y1) == (199, 507, 397, 545)
+
+
+def test_columns_of_neighbouring_bubbles_are_not_interleaved():
+    # Two bubbles side by side, most of a character apart: each reads as a unit.
+    right = [column(700, 100, "はなしなさい"), column(670, 100, "ナナ！！")]
+    left = [column(610, 100, "ってかいったい"), column(580, 100, "どこから！？")]
+    assert page_text([*left, *right]).splitlines() == [
+        "はなしなさいナナ！！",
+        "ってかいったいどこから！？",
+    ]
+
+
+def test_a_bubble_below_does_not_take_in_the_column_above_it():
+    above = column(400, 100, "それは")  # ends at y 190
+    below = [column(400, 225, "マズイ！！"), column(365, 225, "ほんとに")]
+    assert page_text([*below, above]).splitlines() == ["それは", "マズイ！！ほんとに"]
+
+
+def test_a_title_beside_a_bubble_is_not_joined_to_it():
+    title = TextLine(100, 40, 500, 110, "タイトル")  # lettering 70 px high
+    bubble = row(120, 120, "こんにちは", size=30)
+    assert len(reading_order([title, bubble])) == 2
+
+
+def test_blocks_are_read_panel_by_panel():
+    # A tall panel on the right beside two stacked on the left (panels in reading order).
+    panels = [(300.0, 0.0, 600.0, 800.0), (0.0, 0.0, 290.0, 390.0), (0.0, 400.0, 290.0, 800.0)]
+    right_low = column(400, 500, "したの")
+    right_high = column(500, 50, "うえの")
+    left_high = column(150, 60, "ひだり")
+    left_low = column(150, 450, "さいご")
+    lines = [left_low, right_low, left_high, right_high]
+    # Without panels, rows mix the two sides.
+    assert page_text(lines).splitlines() == ["うえの", "ひだり", "さいご", "したの"]
+    blocks = reading_order(lines, panels)
+    assert [block.text for block in blocks] == ["うえの", "したの", "ひだり", "さいご"]
+
+
+def test_a_left_to_right_page_reads_each_row_left_to_right():
+    lines = [row(400, 100, "second"), row(50, 100, "first"), row(60, 400, "third")]
+    blocks = reading_order(lines, right_to_left=False)
+    assert [block.text for block in blocks] == ["first", "second", "third"]
+
+
+def test_a_block_gives_its_box_in_original_pixels_and_a_score_weighted_by_characters():
+    lines = [
+        TextLine(440, 100, 470, 250, "おはようござ", score=1.0),
+        TextLine(400, 100, 430, 130, "す", score=0.4),
+    ]
+    (block,) = reading_order(lines)
+    assert block.as_json(2.0, 0.5) == {
+        "text": "おはようござす",
+        "box": [800, 50, 940, 125],
+        "vertical": True,
+        "score": round((6 * 1.0 + 1 * 0.4) / 7, 3),
+    }

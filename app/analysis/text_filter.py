@@ -1,0 +1,132 @@
+"""What is not dialogue: furigana, sound effects and stray marks, found among OCR lines.
+
+Pure functions over `TextLine`s (boxes, text and the recogniser's score), so
+tests feed boxes directly. The choices, and what they cost:
+
+- **Furigana**: a column (or a line) of kana at most `FURIGANA_MAX_RATIO` as
+  thick as a main column it hugs (within `FURIGANA_MAX_GAP` of its own
+  thickness, beside it along most of its length) is ruby, not text. A real
+  narrow column of kana right beside a wider one would be lost too; that
+  layout does not occur in speech bubbles, where one size is used.
+- **Marks and sound effects**: a line is dropped when the recogniser is
+  unsure of it (a block's score below `MIN_BLOCK_SCORE`: hand-lettered effects read as
+  garbage score low), when it is oversized (thicker than `OVERSIZED_RATIO` ×
+  the page's median line) and not read with confidence (`OVERSIZED_MIN_SCORE`),
+  or when it is not a word (one or two Latin letters or digits alone: page
+  numbers, an `E` read in a drawing; Latin read down a column). The cost:
+  a short real line the recogniser is unsure of is dropped with the noise,
+  and a sound effect set in a clean font is read like dialogue.
+"""
+
+from __future__ import annotations
+
+import statistics
+import unicodedata
+from collections.abc import Sequence
+from typing import Final
+
+from app.analysis.layout import Block, TextLine
+
+FURIGANA_MAX_RATIO: Final = 0.7
+"""Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
+FURIGANA_MAX_GAP: Final = 0.6
+"""Ruby hugs its column: the gap is at most this many of the ruby's own thicknesses."""
+FURIGANA_MIN_ALONGSIDE: Final = 0.7
+"""Ruby lies beside its column along at least this share of its own length."""
+FURIGANA_MAX_PITCH: Final = 0.75
+"""Ruby glyphs are small: the length per character is at most this share of its column's."""
+FURIGANA_MAX_LENGTH: Final = 0.9
+"""Ruby annotates a few characters: it is at most this share of its column's length (a
+narrow column as long as its neighbour is text set in narrow glyphs, not ruby)."""
+MIN_BLOCK_SCORE: Final = 0.65
+"""Blocks the recogniser scores below this are dropped (garbage read from drawn lettering)."""
+OVERSIZED_RATIO: Final = 2.0
+"""A line this many times thicker than the page's median line is display lettering."""
+OVERSIZED_MIN_SCORE: Final = 0.9
+"""Oversized lettering is kept only when read this confidently (a title, not an effect)."""
+
+
+def is_kana(text: str) -> bool:
+    """Only hiragana and katakana (and the long-vowel mark): what ruby is written in."""
+    letters = [char for char in text if not unicodedata.category(char).startswith("P")]
+    return bool(letters) and all("\u3040" <= char <= "\u30ff" for char in letters)
+
+
+def _alongside(a: TextLine, b: TextLine, vertical: bool) -> float:
+    """How much of `a`'s length lies beside `b` (0..1)."""
+    if vertical:
+        overlap = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return max(0.0, overlap) / max(1.0, a.height)
+    overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+    return max(0.0, overlap) / max(1.0, a.width)
+
+
+def _gap(a: TextLine, b: TextLine, vertical: bool) -> float:
+    if vertical:
+        return max(a.x0, b.x0) - min(a.x1, b.x1)
+    return max(a.y0, b.y0) - min(a.y1, b.y1)
+
+
+def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
+    """True when `line` is ruby beside one of `others` (see the module's rule)."""
+    if not is_kana(line.text):
+        return False
+    vertical = line.orientation != "h"
+    for main in others:
+        if main is line or main.thickness * FURIGANA_MAX_RATIO < line.thickness:
+            continue
+        if main.orientation not in (None, "v" if vertical else "h"):
+            continue
+        length, main_length = (line.height, main.height) if vertical else (line.width, main.width)
+        pitch = length / max(1, len(line.text))
+        main_pitch = main_length / max(1, len(main.text))
+        if (
+            length <= FURIGANA_MAX_LENGTH * main_length
+            and pitch <= FURIGANA_MAX_PITCH * main_pitch
+            and _gap(line, main, vertical) <= FURIGANA_MAX_GAP * line.thickness
+            and _alongside(line, main, vertical) >= FURIGANA_MIN_ALONGSIDE
+        ):
+            return True
+    return False
+
+
+def is_mark(text: str) -> bool:
+    """A block that is not a word: one or two Latin letters or digits and nothing else
+    (a page number, a letter read in a drawing). "Hi!" or "…" is a reply in a bubble."""
+    compact = "".join(unicodedata.normalize("NFKC", text).split())
+    return 0 < len(compact) <= 2 and compact.isascii() and compact.isalnum()
+
+
+def is_latin_column(line: TextLine) -> bool:
+    """Latin letters read down a column: a drawing misread (Japanese columns hold kana)."""
+    letters = [char for char in line.text if unicodedata.category(char)[0] == "L"]
+    latin = [char for char in letters if char.isascii()]
+    return line.orientation == "v" and len(latin) >= 3 and len(latin) > len(letters) / 2
+
+
+def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
+    """`lines` without furigana and Latin read down a column."""
+    words = [line for line in lines if not is_latin_column(line)]
+    return [line for line in words if not is_furigana(line, words)]
+
+
+def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """`blocks` without marks and those read with low confidence or oversized (effects).
+
+    Judged per block, not per line: one doubtful column inside a bubble is kept
+    with its confident neighbours."""
+    confident = [
+        block for block in blocks if block.score >= MIN_BLOCK_SCORE and not is_mark(block.text)
+    ]
+    if len(confident) < 3:
+        return confident
+    median = statistics.median(_thickness(block) for block in confident)
+    return [
+        block
+        for block in confident
+        if _thickness(block) <= OVERSIZED_RATIO * median or block.score >= OVERSIZED_MIN_SCORE
+    ]
+
+
+def _thickness(block: Block) -> float:
+    return statistics.median(line.thickness for line in block.lines)

@@ -1,0 +1,81 @@
+"""Furigana, sound effects and marks told from dialogue: pure logic on boxes and text."""
+
+from __future__ import annotations
+
+from app.analysis.layout import TextLine, reading_order
+from app.analysis.reading import is_right_to_left, read_page
+from app.analysis.text_filter import (
+    dialogue_blocks,
+    dialogue_lines,
+    is_furigana,
+    is_kana,
+    is_mark,
+)
+
+
+def column(x: float, y: float, text: str, size: float = 30, score: float = 1.0) -> TextLine:
+    return TextLine(x, y, x + size, y + size * len(text), text, score)
+
+
+def test_kana_beside_kanji_at_half_size_is_furigana_and_is_dropped():
+    main = column(400, 100, "警察にも")
+    ruby = TextLine(431, 100, 446, 160, "けいさつ", 0.95)  # 15 px glyphs beside 警察
+    assert is_furigana(ruby, [main, ruby])
+    assert dialogue_lines([main, ruby]) == [main]
+    assert [block.text for block in read_page([ruby, main])] == ["警察にも"]
+
+
+def test_a_kana_column_of_full_size_beside_another_is_text():
+    # Glyph pitch decides: a narrow box of full-size kana is a column, not ruby.
+    main = column(400, 100, "しかしいい")
+    narrow = TextLine(376, 100, 394, 220, "なかなか")
+    assert not is_furigana(narrow, [main, narrow])
+
+
+def test_kanji_is_never_furigana():
+    main = column(400, 100, "東京です")
+    small_kanji = TextLine(431, 100, 446, 130, "東京")
+    assert not is_furigana(small_kanji, [main, small_kanji])
+
+
+def test_horizontal_furigana_above_a_line_is_dropped():
+    main = TextLine(100, 120, 220, 150, "明日は")
+    ruby = TextLine(100, 104, 145, 119, "あした")
+    assert dialogue_lines([main, ruby]) == [main]
+
+
+def test_is_kana():
+    assert is_kana("けいさつ") and is_kana("ハロー") and is_kana("ー")
+    assert not is_kana("東京") and not is_kana("abc") and not is_kana("…")
+
+
+def test_marks_are_stray_latin_or_digits_but_not_punctuation():
+    assert is_mark("16") and is_mark("E") and is_mark("０ ０")
+    assert not is_mark("…") and not is_mark("！")
+    assert not is_mark("１年") and not is_mark("Hi!")
+
+
+def test_low_confidence_blocks_go_and_one_doubtful_column_in_a_bubble_stays():
+    bubble = [column(400, 100, "しかしあたし"), column(370, 100, "なんだって", score=0.55)]
+    garbage = column(100, 100, "わいわがが", score=0.5)
+    blocks = dialogue_blocks(reading_order([*bubble, garbage]))
+    assert [block.text for block in blocks] == ["しかしあたしなんだって"]
+
+
+def test_oversized_lettering_goes_unless_read_with_confidence():
+    dialogue = [column(600 - 80 * i, 100, "せりふです") for i in range(3)]
+    effect = TextLine(100, 100, 190, 400, "ドドド", 0.85)  # 90 px glyphs, 3x the dialogue
+    title = TextLine(100, 500, 500, 590, "タイトル", 0.99)
+    texts = [block.text for block in dialogue_blocks(reading_order([*dialogue, effect, title]))]
+    assert "ドドド" not in texts and "タイトル" in texts and texts.count("せりふです") == 3
+
+
+def test_latin_read_down_a_column_is_dropped():
+    assert dialogue_lines([column(100, 100, "nvnv")]) == []
+    assert dialogue_lines([column(100, 100, "１年")]) != []
+
+
+def test_pages_with_japanese_read_right_to_left_and_latin_pages_left_to_right():
+    assert is_right_to_left([column(0, 0, "おはよう"), TextLine(0, 0, 200, 30, "Good morning")])
+    assert not is_right_to_left([TextLine(0, 0, 200, 30, "Good morning, Tokyo!")])
+    assert is_right_to_left([])
