@@ -143,4 +143,3 @@ def _new(box: NDArray[np.float32], found: list[NDArray[np.float32]]) -> bool:
             return False
         covered += float(inter)
     return covered <= NEW_BOX_MAX_COVERED * area
-
