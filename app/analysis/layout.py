@@ -36,6 +36,10 @@ SIDE_OVERLAP: Final = 0.3
 """Side-by-side lines of one block lie beside each other along this share of the shorter."""
 CONTINUE_GAP: Final = 0.5
 """A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
+CONTINUE_MIN_SCORE: Final = 0.5
+"""A line continues another only when both were read with at least this confidence: pieces
+of one line are one lettering, read alike; garbage read from a drawing (a sound effect)
+touching the end of a name tag is not part of it."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
 SAME_SIZE: Final = 2.0
@@ -196,7 +200,8 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 def _near(a: TextLine, b: TextLine) -> bool:
     """Neighbours in one block: side by side along most of the shorter one with a
-    gap under `JOIN_GAP` thicknesses, or one continuing the other (a split column)."""
+    gap under `JOIN_GAP` thicknesses, or one continuing the other (a split column; both
+    read with at least `CONTINUE_MIN_SCORE`)."""
     size = max(a.thickness, b.thickness)
     x_gap = max(a.x0, b.x0) - min(a.x1, b.x1)
     y_gap = max(a.y0, b.y0) - min(a.y1, b.y1)
@@ -209,6 +214,8 @@ def _near(a: TextLine, b: TextLine) -> bool:
     else:
         beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
         below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
+    if below and min(a.score, b.score) < CONTINUE_MIN_SCORE:
+        below = False
     return beside or below
 
 

@@ -73,6 +73,11 @@ DET_LIMIT_SIDE: Final = 4096
 DET_UNCLIP_RATIO: Final = 1.3
 """How far detected boxes are grown (rapidocr: 1.6). Less keeps neighbouring columns and
 their furigana in separate boxes instead of one box read as garbage."""
+REC_MIN_WIDTH: Final = 240
+"""Every line is padded to at least this width (px at the recogniser's 48 px height) before
+recognition; rapidocr's 320 pads a two-character column to seven cells. 240 saves a
+quarter of the recognition CPU and reads short lines better. Less (160) read the real
+pages better still but lost "ー" and "っ" from short drawn columns (docs/ocr.md)."""
 REC_BATCH: Final = 1
 """Lines recognised per call: one costs no CPU over six (no padding) and bounds memory."""
 DEFAULT_THREADS: Final = 1
@@ -180,6 +185,8 @@ class OcrAnalyzer:
                     # One line per recognition call: a batch is padded to its widest
                     # line, and memory grows with batch x width (6 long lines: 800 MB).
                     "Rec.rec_batch_num": REC_BATCH,
+                    # Lines are padded to the widest of their batch but at least to this.
+                    "Rec.rec_img_shape": [3, 48, REC_MIN_WIDTH],
                     # No memory arena: it keeps the peak of the largest page for good.
                     "EngineConfig.onnxruntime.enable_cpu_mem_arena": False,
                     "Global.log_level": "error",

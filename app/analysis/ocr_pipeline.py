@@ -14,6 +14,11 @@ suits the page's lettering instead:
   characters about 10-15 px), the page is detected again, enlarged so that
   it is about `DET_TARGET_TEXT_PX` thick: an enlargement decided by the
   text, never by the image's size;
+- a small image (a single bubble, under `SECOND_LOOK_MAX_PIXELS`) is cheap to
+  detect twice: it is detected again enlarged by `SECOND_LOOK_SCALE`, and
+  boxes that pass finds beside the first ones are added (stylised lettering
+  thicker than print is sometimes found only enlarged). What the first pass
+  found is kept as it was;
 - each line is recognised from the full-resolution image.
 
 Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop
@@ -47,6 +52,16 @@ DET_MAX_UPSCALE: Final = 2.5
 """The enlarged pass scales the page by at most this much."""
 DET_UPSCALED_MAX_SIDE: Final = 1600
 """Nor beyond this long side (CPU grows with the pixels)."""
+SECOND_LOOK_MAX_PIXELS: Final = 160_000
+"""An image this small (a single bubble) is detected a second time, enlarged by
+`SECOND_LOOK_SCALE`, and what that finds beside the first look's boxes is added."""
+SECOND_LOOK_SCALE: Final = 1.5
+"""The second look's enlargement."""
+NEW_BOX_MAX_COVERED: Final = 0.3
+"""A second-look box is new when at most this share of it lies in first-look boxes, and
+no first-look box lies in it by more than `NEW_BOX_MAX_HOLDS` of its own area."""
+NEW_BOX_MAX_HOLDS: Final = 0.5
+"""See `NEW_BOX_MAX_COVERED`."""
 MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
 
@@ -62,6 +77,7 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
     detector = engine._load_det_model()
     scale = min(1.0, DET_MAX_SIDE / max(padded.size))
     boxes = _detect(detector, source, scale)
+    second_look = padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
         thickness = statistics.median(_thickness(box) for box in boxes)
         # Only lettering small in the image itself: text made small by scaling a big
@@ -74,6 +90,13 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
             )
             if enlarged > scale * 1.2:
                 boxes = _detect(detector, source, enlarged)
+                second_look = False
+    if second_look:
+        # A small image (a bubble) is cheap to look at twice; stylised lettering
+        # thicker than print is sometimes found only enlarged. What the first look
+        # found stays as it was read; the second adds only what it missed.
+        extra = _detect(detector, source, SECOND_LOOK_SCALE)
+        boxes += [box for box in extra if _new(box, boxes)]
     if not boxes:
         return []
     crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
@@ -104,3 +127,19 @@ def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArr
 def _thickness(box: NDArray[np.float32]) -> float:
     xs, ys = box[:, 0], box[:, 1]
     return float(min(xs.max() - xs.min(), ys.max() - ys.min()))
+
+
+def _new(box: NDArray[np.float32], found: list[NDArray[np.float32]]) -> bool:
+    """True when `box` is not (most of) one already in `found` and holds none of them."""
+    x0, y0 = box.min(axis=0)
+    x1, y1 = box.max(axis=0)
+    area = max(1.0, float((x1 - x0) * (y1 - y0)))
+    covered = 0.0
+    for other in found:
+        ox0, oy0 = other.min(axis=0)
+        ox1, oy1 = other.max(axis=0)
+        inter = max(0.0, min(x1, ox1) - max(x0, ox0)) * max(0.0, min(y1, oy1) - max(y0, oy0))
+        if inter > NEW_BOX_MAX_HOLDS * max(1.0, float((ox1 - ox0) * (oy1 - oy0))):
+            return False
+        covered += float(inter)
+    return covered <= NEW_BOX_MAX_COVERED * area

@@ -11,7 +11,8 @@ tests feed boxes directly. The choices, and what they cost:
 - **Marks and sound effects**: a line is dropped when the recogniser is
   unsure of it (a block's score below `MIN_BLOCK_SCORE`: hand-lettered effects read as
   garbage score low), when it is oversized (thicker than `OVERSIZED_RATIO` ×
-  the page's median line) and not read with confidence (`OVERSIZED_MIN_SCORE`),
+  the page's median line) and neither read with confidence (`OVERSIZED_MIN_SCORE`)
+  nor mostly kanji (sound effects are written in kana; a shouted name is not),
   or when it is not a word (one or two Latin letters or digits alone: page
   numbers, an `E` read in a drawing; Latin read down a column). The cost:
   a short real line the recogniser is unsure of is dropped with the noise,
@@ -43,7 +44,10 @@ MIN_BLOCK_SCORE: Final = 0.65
 OVERSIZED_RATIO: Final = 2.0
 """A line this many times thicker than the page's median line is display lettering."""
 OVERSIZED_MIN_SCORE: Final = 0.9
-"""Oversized lettering is kept only when read this confidently (a title, not an effect)."""
+"""Oversized lettering is kept only when read this confidently (a title, not an effect), or
+when it is mostly kanji (`SHOUT_MIN_KANJI`)."""
+SHOUT_MIN_KANJI: Final = 0.5
+"""Oversized lettering at least this share kanji (of its letters) is a shout, not an effect."""
 
 
 def is_kana(text: str) -> bool:
@@ -124,8 +128,18 @@ def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
     return [
         block
         for block in confident
-        if _thickness(block) <= OVERSIZED_RATIO * median or block.score >= OVERSIZED_MIN_SCORE
+        if _thickness(block) <= OVERSIZED_RATIO * median
+        or block.score >= OVERSIZED_MIN_SCORE
+        or is_mostly_kanji(block.text)
     ]
+
+
+def is_mostly_kanji(text: str) -> bool:
+    """At least `SHOUT_MIN_KANJI` of the letters are kanji: words, not a sound effect
+    (sound effects are written in kana; a shouted name or order holds kanji)."""
+    letters = [char for char in text if unicodedata.category(char)[0] == "L"]
+    kanji = [char for char in letters if unicodedata.name(char, "").startswith("CJK UNIFIED")]
+    return bool(letters) and len(kanji) >= SHOUT_MIN_KANJI * len(letters)
 
 
 def _thickness(block: Block) -> float:

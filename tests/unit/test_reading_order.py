@@ -135,3 +135,13 @@ def test_a_block_gives_its_box_in_original_pixels_and_a_score_weighted_by_charac
         "vertical": True,
         "score": round((6 * 1.0 + 1 * 0.4) / 7, 3),
     }
+
+
+def test_garbage_touching_the_end_of_a_name_tag_does_not_join_it():
+    # A sound effect read as garbage, its box ending just before a name tag on its line.
+    effect = TextLine(265, 699, 337, 734, "でP..", score=0.37)
+    tag = TextLine(347, 711, 395, 735, "ホシノ", score=0.99)
+    assert sorted(block.text for block in reading_order([effect, tag])) == ["でP..", "ホシノ"]
+    # Read confidently, the same two pieces are one line cut in two.
+    whole = [TextLine(265, 699, 337, 734, "ホシノ", 0.9), TextLine(347, 711, 395, 735, "です")]
+    assert [block.text for block in reading_order(whole)] == ["ホシノです"]

@@ -70,6 +70,14 @@ def test_oversized_lettering_goes_unless_read_with_confidence():
     assert "ドドド" not in texts and "タイトル" in texts and texts.count("せりふです") == 3
 
 
+def test_oversized_lettering_mostly_kanji_is_a_shout_and_stays():
+    dialogue = [column(600 - 80 * i, 100, "せりふです") for i in range(3)]
+    shout = TextLine(100, 100, 190, 400, "咲夜ッ！", 0.85)  # a shouted name, 3x the dialogue
+    effect = TextLine(300, 100, 390, 600, "ぎ多るるるる", 0.85)  # a kanji misread in an effect
+    texts = [block.text for block in dialogue_blocks(reading_order([*dialogue, shout, effect]))]
+    assert "咲夜ッ！" in texts and "ぎ多るるるる" not in texts
+
+
 def test_latin_read_down_a_column_is_dropped():
     assert dialogue_lines([column(100, 100, "nvnv")]) == []
     assert dialogue_lines([column(100, 100, "１年")]) != []
