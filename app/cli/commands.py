@@ -21,7 +21,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from app.config import Settings
 from app.db import database_url, make_engine
@@ -159,12 +159,23 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+MIGRATE_THROUGH_POOLER_HINT = (
+    "migrations need a direct connection: if DATABASE_URL goes through PgBouncer, "
+    "run `migrate` with DATABASE_URL set to Postgres itself (LISTEN_DATABASE_URL, say)"
+)
+"""Said when `migrate` fails: DDL may outlast a pooler's timeouts or lean on session state."""
+
+
 def migrate(settings: Settings) -> int:
     from app.migrations import upgrade_head
 
     url = database_url(settings)
     logger.info("applying migrations to %s", _safe_url(url))
-    upgrade_head(url)
+    try:
+        upgrade_head(url)
+    except SQLAlchemyError:
+        logger.error(MIGRATE_THROUGH_POOLER_HINT)
+        raise
     return 0
 
 

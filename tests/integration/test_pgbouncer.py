@@ -366,3 +366,34 @@ def _read_until(chunks: Iterator[Any], prefix: str, limit: int = 200) -> list[st
             if line.startswith(prefix):
                 return lines
     raise AssertionError(f"no line starting {prefix!r} in {lines}")
+
+
+# --- migrations -----------------------------------------------------------------------
+
+
+def _migrate(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
+    return subprocess.run(
+        [sys.executable, "-m", "app", "migrate"],
+        env={**env, "DATABASE_URL": url},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_migrate_through_pgbouncer_and_the_hint_when_it_fails(
+    empty_database_url, pgbouncer, tmp_path
+):
+    # Each migration is one transaction, so today's run even through the pooler...
+    result = _migrate(pgbouncer.url_for(empty_database_url), tmp_path)
+    assert result.returncode == 0, result.stderr
+    revision = _one_row(empty_database_url, "SELECT version_num FROM alembic_version")[0]
+    assert revision
+    # ...but when it fails, it says in one line to use a direct connection.
+    missing = make_url(pgbouncer.url_for(empty_database_url)).set(database="no_such_db")
+    result = _migrate(missing.render_as_string(hide_password=False), tmp_path)
+    assert result.returncode == 1
+    hints = [line for line in result.stderr.splitlines() if "direct connection" in line]
+    assert len(hints) == 1 and "PgBouncer" in hints[0], result.stderr
