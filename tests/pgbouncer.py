@@ -70,6 +70,10 @@ class PgBouncer:
 
     def show(self, what: str) -> list[dict[str, Any]]:
         """`SHOW <what>` on the admin console (POOLS, SERVERS, CLIENTS, ...), as dicts."""
+        return self.admin(f"SHOW {what}")
+
+    def admin(self, command: str) -> list[dict[str, Any]]:
+        """Run `command` on the admin console (`KILL db`, `RESUME db`, `SHOW ...`)."""
         # The console speaks only the simple query protocol.
         with psycopg.connect(
             host=self.host,
@@ -79,8 +83,10 @@ class PgBouncer:
             autocommit=True,
             cursor_factory=psycopg.ClientCursor,
         ) as conn:
-            cursor = conn.execute(f"SHOW {what}")  # type: ignore[arg-type]
-            names = [column.name for column in cursor.description or []]
+            cursor = conn.execute(command)  # type: ignore[call-overload]
+            if cursor.description is None:
+                return []
+            names = [column.name for column in cursor.description]
             return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def server_connections(self, dbname: str) -> int:
