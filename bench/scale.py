@@ -54,6 +54,9 @@ JOBS = int(os.environ.get("BENCH_SCALE_JOBS", "2000"))
 PICKUPS = int(os.environ.get("BENCH_SCALE_PICKUPS", "30"))
 POOL = int(os.environ.get("BENCH_PGBOUNCER_POOL", "8"))
 BUDGET_SECONDS = float(os.environ.get("BENCH_BUDGET_SECONDS", "60"))
+IDLE_POLL_SECONDS = 0.1
+"""Poll interval of the idle-polling measurement (short, so its cost is measurable)."""
+IDLE_WINDOW_SECONDS = 5.0
 BENCH_APP = "bench"
 """`application_name` of the benchmark's own connections (not counted as the workers')."""
 
@@ -76,9 +79,71 @@ def measure(url: str) -> dict[str, Any]:
                 for route in ("direct", "pgbouncer"):
                     progress(f"scale: {route}, {processes} process(es) x {THREADS} threads")
                     results.append(_case(engine, url, bouncer, vision, storage, route, processes))
+            progress(f"scale: idle polling, {max(PROCESSES)} processes through PgBouncer")
+            idle = _idle_polling(engine, url, bouncer, vision, storage, max(PROCESSES))
     finally:
         engine.dispose()
-    return {"pool_size": POOL, "threads": THREADS, "jobs": JOBS, "cases": results}
+    return {
+        "pool_size": POOL,
+        "threads": THREADS,
+        "jobs": JOBS,
+        "cases": results,
+        "idle_polling": idle,
+    }
+
+
+def _idle_polling(
+    engine: Engine,
+    url: str,
+    bouncer: PgBouncer,
+    vision: ScriptedVisionServer,
+    storage: Path,
+    processes: int,
+) -> dict[str, Any]:
+    """What an empty queue costs the server when workers poll (`QUEUE_LISTEN=false`):
+    the transactions counted by PgBouncer, and the server's CPU meanwhile, less
+    what it used in as long a window before the workers started."""
+    with engine.begin() as conn:
+        conn.execute(text("TRUNCATE page_analysis, pages, chapters, mangas, crawler_jobs"))
+    dbname = make_url(url).database or ""
+    env = _env(bouncer.url_for(url), url, vision.url, storage)
+    env.update(QUEUE_LISTEN="false", IDLE_POLL_SECONDS=str(IDLE_POLL_SECONDS))
+    baseline = _server_cpu(url)
+    time.sleep(IDLE_WINDOW_SECONDS)  # the server's own background work, with no worker
+    baseline = (_server_cpu(url) - baseline) * 1000 / IDLE_WINDOW_SECONDS
+    with _workers(env, processes):
+        deadline = time.monotonic() + 120
+        while _pooled_clients(bouncer, dbname) < processes:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the polling workers did not come up")
+            time.sleep(0.1)
+        time.sleep(5.0)  # past start-up (schema check, reclaim, first probes)
+        cpu, transactions = _server_cpu(url), _pooled_transactions(bouncer, dbname)
+        begun = time.perf_counter()
+        time.sleep(IDLE_WINDOW_SECONDS)
+        seconds = time.perf_counter() - begun
+        cpu = _server_cpu(url) - cpu
+        transactions = _pooled_transactions(bouncer, dbname) - transactions
+    return {
+        "processes": processes,
+        "idle_poll_seconds": IDLE_POLL_SECONDS,
+        "transactions_per_s": transactions / seconds,
+        "server_cpu_ms_per_s": cpu * 1000 / seconds,
+        "server_cpu_ms_per_s_without_workers": baseline,
+        "server_cpu_ms_per_transaction": (cpu * 1000 / seconds - baseline)
+        * seconds
+        / max(transactions, 1),
+    }
+
+
+def _pooled_clients(bouncer: PgBouncer, dbname: str) -> int:
+    return sum(row["database"] == dbname for row in bouncer.show("CLIENTS"))
+
+
+def _pooled_transactions(bouncer: PgBouncer, dbname: str) -> int:
+    """Transactions PgBouncer has passed to the database so far (its `SHOW STATS`)."""
+    rows = [row for row in bouncer.show("STATS") if row["database"] == dbname]
+    return int(rows[0]["total_xact_count"]) if rows else 0
 
 
 @contextmanager
@@ -124,6 +189,7 @@ def _case(
     ):
         _wait_idle(url, vision, processes, probes_before)
         cpu_before = _server_cpu(url), _process_cpu(bouncer.process.pid)
+        wal_before = _wal_bytes(url)
         begun = time.perf_counter()
         with engine.begin() as conn:
             enqueue_many(conn, [AnalyzePage(page_id=page) for page in page_ids[:JOBS]])
@@ -133,6 +199,7 @@ def _case(
             done = sampler.done
         seconds = time.perf_counter() - begun
         cpu_after = _server_cpu(url), _process_cpu(bouncer.process.pid)
+        wal = _wal_bytes(url) - wal_before
         pickups = _pickups(engine, vision, page_ids[JOBS:])
         max_backends, max_listeners = sampler.max_backends, sampler.max_listeners
         max_servers, max_clients = sampler.max_servers, sampler.max_clients
@@ -147,6 +214,7 @@ def _case(
         "jobs_per_s": done / seconds,
         "server_cpu_ms_per_job": server_ms,
         "pgbouncer_cpu_ms_per_job": bouncer_ms if route == "pgbouncer" else None,
+        "wal_kb_per_job": wal / 1024 / max(done, 1),
         "pickup_ms": pickups,
         "pickup_p50_ms": percentile(pickups, 0.5),
         "pickup_p99_ms": percentile(pickups, 0.99),
@@ -227,6 +295,12 @@ def _pickups(engine: Engine, vision: ScriptedVisionServer, page_ids: list[Any]) 
         latencies.append((time.perf_counter() - committed) * 1000)
         time.sleep(0.03)  # let the job finish: each pickup starts from idle workers
     return latencies
+
+
+def _wal_bytes(url: str) -> int:
+    with _connect(url) as conn:
+        row = conn.execute("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn").fetchone()
+    return int(row[0]) if row else 0
 
 
 def _connect(url: str) -> psycopg.Connection[Any]:
@@ -324,6 +398,7 @@ def print_table(scale: dict[str, Any]) -> None:
                 str(case["processes"]),
                 f"{case['jobs_per_s']:,.0f}" + (" (capped)" if case["capped"] else ""),
                 f"{case['server_cpu_ms_per_job']:.2f}",
+                f"{case['wal_kb_per_job']:.1f}",
                 "-" if bouncer_ms is None else f"{bouncer_ms:.2f}",
                 f"{case['pickup_p50_ms']:.1f} / {case['pickup_p99_ms']:.1f}",
                 f"{case['max_backends']} ({case['max_listen_backends']})",
@@ -336,6 +411,7 @@ def print_table(scale: dict[str, Any]) -> None:
             "procs",
             "jobs/s",
             "PG CPU ms/job",
+            "WAL kB/job",
             "bouncer CPU ms/job",
             "pickup p50 / p99 ms",
             "PG backends (LISTEN)",
@@ -343,6 +419,16 @@ def print_table(scale: dict[str, Any]) -> None:
         ],
         rows,
     )
+    idle = scale.get("idle_polling")
+    if idle:
+        emit(
+            f"  idle polling (QUEUE_LISTEN=false, IDLE_POLL_SECONDS={idle['idle_poll_seconds']}),"
+            f" {idle['processes']} processes through PgBouncer: "
+            f"{idle['transactions_per_s']:.0f} transactions/s, "
+            f"{idle['server_cpu_ms_per_s']:.0f} ms of server CPU per s "
+            f"({idle['server_cpu_ms_per_s_without_workers']:.0f} without workers), "
+            f"{idle['server_cpu_ms_per_transaction']:.2f} ms per transaction"
+        )
 
 
 def main() -> int:

@@ -142,7 +142,6 @@ def _write_config(folder: Path, port: int, server_host: str, server_port: int, u
                 "pool_mode = transaction",
                 f"default_pool_size = {POOL_SIZE}",
                 "max_client_conn = 500",
-                "server_check_delay = 0",
                 # A dropped test database is not retried for long.
                 "server_login_retry = 1",
                 "log_connections = 0",
