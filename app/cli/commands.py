@@ -161,9 +161,9 @@ def _safe_url(url: str) -> str:
 
 MIGRATE_THROUGH_POOLER_HINT = (
     "migrations need a direct connection: if DATABASE_URL goes through PgBouncer, "
-    "run `migrate` with DATABASE_URL set to Postgres itself (LISTEN_DATABASE_URL, say)"
+    "run `migrate` with DATABASE_URL set to Postgres itself"
 )
-"""Said when `migrate` fails: DDL may outlast a pooler's timeouts or lean on session state."""
+"""Said with a failed `migrate`: DDL may outlast a pooler's timeouts or need a session."""
 
 
 def migrate(settings: Settings) -> int:
@@ -173,9 +173,11 @@ def migrate(settings: Settings) -> int:
     logger.info("applying migrations to %s", _safe_url(url))
     try:
         upgrade_head(url)
-    except SQLAlchemyError:
-        logger.error(MIGRATE_THROUGH_POOLER_HINT)
-        raise
+    except SQLAlchemyError as exc:
+        unreachable = "cannot reach the database: " if isinstance(exc, OperationalError) else ""
+        cause = _first_line(getattr(exc, "orig", None) or exc)
+        logger.error("migrate failed: %s%s (%s)", unreachable, cause, MIGRATE_THROUGH_POOLER_HINT)
+        return EXIT_FAILED
     return 0
 
 
