@@ -308,9 +308,10 @@ def _connect(url: str) -> psycopg.Connection[Any]:
 
 
 class _Sampler:
-    """Every 50 ms: the backends Postgres sees for the database (the benchmark's
-    own excluded; LISTENs among them), PgBouncer's server connections and
-    clients for it, and the jobs done."""
+    """Every 50 ms: the backends Postgres sees for the database (LISTENs among
+    them), PgBouncer's server connections and clients for it, and the jobs
+    done. Backends older than the sampler (the benchmark's own pool) and the
+    benchmark's own connections are not counted."""
 
     def __init__(self, url: str, bouncer: PgBouncer, dbname: str) -> None:
         self.max_backends = self.max_listeners = self.max_servers = self.max_clients = 0
@@ -329,13 +330,14 @@ class _Sampler:
 
     def _run(self) -> None:
         with _connect(self._url) as conn:
+            (since,) = conn.execute("SELECT clock_timestamp()").fetchone() or (None,)
             while not self._stop.wait(0.05):
                 backends, listeners, done = conn.execute(
                     "SELECT count(*), count(*) FILTER (WHERE query LIKE 'LISTEN%%'),"
                     " (SELECT count(*) FROM crawler_jobs WHERE state = 'done')"
                     " FROM pg_stat_activity WHERE datname = current_database()"
-                    " AND application_name <> %s",
-                    (BENCH_APP,),
+                    " AND application_name <> %s AND backend_start >= %s",
+                    (BENCH_APP, since),
                 ).fetchone() or (0, 0, 0)
                 self.done = done
                 self.max_backends = max(self.max_backends, backends)
