@@ -336,6 +336,7 @@ class _Sampler:
                     "SELECT count(*), count(*) FILTER (WHERE query LIKE 'LISTEN%%'),"
                     " (SELECT count(*) FROM crawler_jobs WHERE state = 'done')"
                     " FROM pg_stat_activity WHERE datname = current_database()"
+                    " AND backend_type = 'client backend'"
                     " AND application_name <> %s AND backend_start >= %s",
                     (BENCH_APP, since),
                 ).fetchone() or (0, 0, 0)

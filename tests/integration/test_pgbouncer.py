@@ -162,7 +162,8 @@ class _ConnectionSampler:
                     clients = self._bouncer.show("CLIENTS")
                     backends, self.done = conn.execute(
                         "SELECT (SELECT count(*) FROM pg_stat_activity"
-                        "        WHERE datname = current_database() AND pid <> pg_backend_pid()),"
+                        "        WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        "        AND backend_type = 'client backend'),"  # not autovacuum
                         "       (SELECT count(*) FROM crawler_jobs WHERE state = 'done')"
                     ).fetchone()  # type: ignore[misc]
                     self.max_servers = max(
@@ -202,6 +203,11 @@ def test_worker_processes_drain_through_pgbouncer_without_loss_or_double_writes(
         QUEUE_LISTEN="false",
         IDLE_POLL_SECONDS="0.1",
     )
+    # Start from no connection to the database at all, so every backend the
+    # sampler sees from here on is a worker's (through PgBouncer).
+    pgbouncer.admin(f'KILL "{dbname}"')
+    pgbouncer.admin(f'RESUME "{dbname}"')
+    wait_until(lambda: _client_backends(database_url) == 0, timeout=10)
     started = time.monotonic()
     with (
         _ConnectionSampler(pgbouncer, database_url, dbname) as sampler,
@@ -251,6 +257,17 @@ def _one_row(url: str, sql: str) -> tuple[Any, ...]:
         row = conn.execute(sql).fetchone()  # type: ignore[arg-type]
     assert row is not None
     return tuple(row)
+
+
+def _client_backends(url: str) -> int:
+    """Client backends of the database, less the one asking."""
+    return int(
+        _one_row(
+            url,
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+        )[0]
+    )
 
 
 def count_analyses(url: str) -> int:
