@@ -369,9 +369,9 @@ def _process_cpu(pid: int) -> float:
 def _server_cpu(url: str) -> float:
     """CPU seconds used by the whole Postgres server so far: the postmaster with
     its exited children (cutime, cstime), plus every live server process."""
-    with _connect(url) as conn:
+    with _connect(url) as conn:  # the backend must live while its parent is read
         (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone() or (0,)
-    postmaster = int(_stat(backend)[1])  # ppid
+        postmaster = int(_stat(backend)[1])  # ppid
     fields = _stat(postmaster)
     total = sum(int(fields[index]) for index in (11, 12, 13, 14)) / _TICKS
     for entry in Path("/proc").iterdir():
