@@ -34,10 +34,11 @@ eval-ocr: $(STAMP)
 migrate: $(STAMP)
 	$(PY) -m app migrate
 
-# PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra).
+# PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra);
+# PGBOUNCER=1 also 1-8 worker processes through PgBouncer vs direct (docs/scaling.md).
 bench: $(STAMP)
 	if [ -n "$(PEERS)" ]; then $(PY) -m pip install --quiet -e '.[bench]'; fi
-	BENCH_PEERS=$(PEERS) $(PY) -m bench
+	BENCH_PEERS=$(PEERS) BENCH_PGBOUNCER=$(PGBOUNCER) $(PY) -m bench
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests bench alembic examples

@@ -36,6 +36,10 @@ class Settings(BaseSettings):
         default=None,
         description="SQLAlchemy URL; unset means an embedded Postgres under `.dev/`.",
     )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="Direct connection for LISTEN (wake-ups, admin events); unset: DATABASE_URL.",
+    )
     dev_dir: Path = Field(default=DEFAULT_DEV_DIR, description="Folder for local dev state.")
 
     vision_url: str | None = Field(

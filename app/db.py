@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
@@ -24,6 +24,31 @@ def database_url(settings: Settings) -> str:
     return embedded_database_url(settings.dev_dir)
 
 
+def listen_database_url(settings: Settings) -> str | None:
+    """`LISTEN_DATABASE_URL`, normalised; `None` when unset (LISTEN on `DATABASE_URL`).
+
+    The direct connection for LISTEN (the runner's wake-ups, the admin event
+    stream), for when `DATABASE_URL` goes through PgBouncer in transaction
+    mode, which cannot hold a LISTEN.
+    """
+    return normalise_url(settings.listen_database_url) if settings.listen_database_url else None
+
+
+def connect_kwargs(target: Engine | URL | str) -> dict[str, Any]:
+    """psycopg `connect()` keywords for an engine's database, or for a URL.
+
+    Built the way SQLAlchemy's psycopg dialect builds its own, from the URL
+    (an engine's `connect_args` are not visible from outside and are not
+    used). For the long-lived connections kept out of any pool: LISTEN.
+    """
+    if isinstance(target, Engine):
+        _, kwargs = target.dialect.create_connect_args(target.url)
+    else:
+        url = make_url(normalise_url(target) if isinstance(target, str) else target)
+        _, kwargs = url.get_dialect()().create_connect_args(url)
+    return dict(kwargs)
+
+
 def normalise_url(url: str) -> str:
     """Use the psycopg 3 driver for plain `postgresql://` / `postgres://` URLs."""
     if url.startswith("postgres://"):
@@ -38,7 +63,10 @@ def make_engine(settings_or_url: Settings | str, **engine_kwargs: Any) -> Engine
     """Build an engine from `Settings` (or a URL).
 
     `pool_pre_ping` is on so a connection broken by a database restart is
-    replaced on checkout instead of failing the next job.
+    replaced on checkout instead of failing the next job. Its connections
+    never prepare statements (`prepare_threshold=None`), so the engine works
+    through PgBouncer in transaction mode, where the next transaction may run
+    on another server connection that never saw the statement.
     """
     if isinstance(settings_or_url, Settings):
         url = database_url(settings_or_url)
@@ -49,7 +77,8 @@ def make_engine(settings_or_url: Settings | str, **engine_kwargs: Any) -> Engine
     options: dict[str, Any] = {"pool_pre_ping": True}
     if "poolclass" not in engine_kwargs:
         options.update(pool_size=pool_size, max_overflow=5)
-    options.update(engine_kwargs)
+    connect_args = {"prepare_threshold": None, **engine_kwargs.pop("connect_args", {})}
+    options.update(engine_kwargs, connect_args=connect_args)
     return create_engine(url, **options)
 
 

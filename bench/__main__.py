@@ -17,7 +17,7 @@ import textwrap
 import time
 from datetime import UTC, datetime
 
-from bench import interrupt, suite, summary
+from bench import interrupt, scale, suite, summary
 from bench.config import BenchConfig
 from bench.db import bench_database, engine_for, server_settings
 from bench.noop import noop_handler
@@ -33,6 +33,8 @@ def run(config: BenchConfig) -> dict[str, object]:
         try:
             settings = server_settings(engine)
             results = suite.run(engine, database.url, config)
+            if config.pgbouncer:
+                results["scale"] = scale.measure(database.url)
         finally:
             engine.dispose()
         progress("stopping the database")
@@ -78,6 +80,9 @@ def main() -> int:
                 f"{peer}: {description}.", 98, initial_indent="  - ", subsequent_indent="    "
             )
         )
+    if "scale" in results:
+        emit()
+        scale.print_table(results["scale"])
     emit(f"  - written to {config.results_path}; wall time {meta['wall_seconds']:.0f} s.")
     return 0
 

@@ -41,6 +41,10 @@ class BenchConfig:
     rounds: int = field(default_factory=lambda: _int("BENCH_ROUNDS", 2))
     budget_seconds: float = field(default_factory=lambda: float(_int("BENCH_BUDGET_SECONDS", 30)))
     peers: bool = field(default_factory=lambda: os.environ.get("BENCH_PEERS", "") not in ("", "0"))
+    pgbouncer: bool = field(
+        default_factory=lambda: os.environ.get("BENCH_PGBOUNCER", "") not in ("", "0")
+    )
+    """`make bench PGBOUNCER=1`: also workers through PgBouncer vs direct (bench/scale.py)."""
     results_path: Path = field(
         default_factory=lambda: Path(os.environ.get("BENCH_RESULTS", "bench/results.json"))
     )

@@ -29,7 +29,7 @@ from app.db import make_engine
 from app.migrations import upgrade_head
 from tests.pg_binaries import find_bin_dir
 
-pytest_plugins = ["tests.vision_server", "tests.worker_support"]
+pytest_plugins = ["tests.vision_server", "tests.worker_support", "tests.pgbouncer"]
 
 PG_CTL_WRAPPER = Path(__file__).resolve().parent / "pg_ctl_as_postgres"
 
@@ -87,9 +87,16 @@ def _fresh_database(executor: PostgreSQLExecutor, template: str | None) -> Itera
 
 
 @pytest.fixture
-def database_url(postgresql_proc: PostgreSQLExecutor) -> Iterator[str]:
-    """A fresh database with the migrated schema, dropped after the test."""
-    yield from _fresh_database(postgresql_proc, postgresql_proc.template_dbname)
+def database_url(
+    postgresql_proc: PostgreSQLExecutor, request: pytest.FixtureRequest
+) -> Iterator[str]:
+    """A fresh database with the migrated schema, dropped after the test.
+
+    Through PgBouncer when parametrized `"pooled"` (tests marked `pgbouncer`)."""
+    for url in _fresh_database(postgresql_proc, postgresql_proc.template_dbname):
+        if getattr(request, "param", "direct") == "pooled":
+            url = request.getfixturevalue("pgbouncer").url_for(url)
+        yield url
 
 
 @pytest.fixture

@@ -265,6 +265,9 @@ _CLIENT_GONE = (TimeoutError, BrokenPipeError, ConnectionResetError)
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    # Many worker threads connect at once (HTTP/1.0: one connection per
+    # request); the default backlog of 5 resets the surplus.
+    request_queue_size = 128
     scripted: ScriptedVisionServer
 
     def handle_error(self, request: Any, client_address: Any) -> None:

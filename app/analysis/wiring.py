@@ -22,7 +22,7 @@ from app.analysis.handler import PageAnalysisHandler
 from app.analysis.http import VisionClient, VisionObserver
 from app.analysis.ocr import OcrAnalyzer
 from app.config import Settings
-from app.db import make_engine
+from app.db import listen_database_url, make_engine
 from app.storage import LocalStorage
 from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
@@ -85,6 +85,7 @@ def analysis_runner(
             job_timeout=settings.job_timeout_seconds,
             idle_poll=settings.idle_poll_seconds,
             listen=settings.queue_listen,
+            listen_url=listen_database_url(settings),
             prefetch=0,  # one page at a time per worker: the model server is the bottleneck
             readiness=gate,
             events=events,

@@ -21,7 +21,7 @@ from typing import NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from app.config import Settings
 from app.db import database_url, make_engine
@@ -159,12 +159,25 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+MIGRATE_THROUGH_POOLER_HINT = (
+    "migrations need a direct connection: if DATABASE_URL goes through PgBouncer, "
+    "run `migrate` with DATABASE_URL set to Postgres itself"
+)
+"""Said with a failed `migrate`: DDL may outlast a pooler's timeouts or need a session."""
+
+
 def migrate(settings: Settings) -> int:
     from app.migrations import upgrade_head
 
     url = database_url(settings)
     logger.info("applying migrations to %s", _safe_url(url))
-    upgrade_head(url)
+    try:
+        upgrade_head(url)
+    except SQLAlchemyError as exc:
+        unreachable = "cannot reach the database: " if isinstance(exc, OperationalError) else ""
+        cause = _first_line(getattr(exc, "orig", None) or exc)
+        logger.error("migrate failed: %s%s (%s)", unreachable, cause, MIGRATE_THROUGH_POOLER_HINT)
+        return EXIT_FAILED
     return 0
 
 

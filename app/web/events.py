@@ -40,7 +40,6 @@ from typing import Any, Final
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import Engine
 
 from app.analysis.events import ANALYSIS_CHANNEL
 from app.errors import ServiceError
@@ -73,16 +72,6 @@ class TooManyStreams(ServiceError):
 
     status = 503
     code = "too_many_streams"
-
-
-def connect_kwargs_from_engine(engine: Engine) -> dict[str, Any]:
-    """psycopg `connect()` keywords for the database `engine` talks to.
-
-    Built the way SQLAlchemy's psycopg dialect builds its own, from the URL
-    (the engine's `connect_args` are not visible from outside and are not used).
-    """
-    _, kwargs = engine.dialect.create_connect_args(engine.url)
-    return dict(kwargs)
 
 
 class EventStreams:

@@ -26,13 +26,13 @@ from sqlalchemy.exc import OperationalError
 
 from app import admin
 from app.admin import AdminError, BadRequest
+from app.db import connect_kwargs
 from app.web.auth import CROSS_SITE_REFUSAL, AdminAuth, Authorize, Refusal, cross_site
 from app.web.events import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MAX_STREAMS,
     EventStreams,
     TooManyStreams,
-    connect_kwargs_from_engine,
 )
 from app.web.page import admin_page_html
 
@@ -54,6 +54,7 @@ def admin_blueprint(
     *,
     token: str | None = None,
     authorize: Authorize | None = None,
+    listen_url: str | None = None,
     name: str = "page_analysis_admin",
     max_event_streams: int = DEFAULT_MAX_STREAMS,
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
@@ -64,11 +65,13 @@ def admin_blueprint(
 
     `max_event_streams` caps concurrent `api/events` streams of this blueprint
     (beyond it: 503); `keepalive_seconds` is the idle comment interval.
+    `listen_url`: the direct connection the event streams LISTEN on (default:
+    the engine's), for an engine that goes through PgBouncer in transaction mode.
     """
     auth = AdminAuth(token=token, authorize=authorize)
     get_engine: Callable[[], Engine] = engine if callable(engine) else (lambda: engine)
     streams = EventStreams(
-        lambda: connect_kwargs_from_engine(get_engine()),
+        lambda: connect_kwargs(listen_url or get_engine()),
         max_streams=max_event_streams,
         keepalive_seconds=keepalive_seconds,
     )

@@ -89,7 +89,9 @@ class Runner:
     - `idle_poll`: seconds between lease attempts while the queue is empty
       (the fallback when a wake-up is missed or `listen` is off);
     - `listen`: keep one LISTEN connection for instant pickup (turn off
-      behind PgBouncer in transaction mode);
+      behind PgBouncer in transaction mode, or give `listen_url`);
+    - `listen_url`: the direct connection that LISTEN uses (default: the
+      engine's URL), for an engine that goes through PgBouncer;
     - `prefetch`: jobs leased beyond the free pool threads, waiting in the
       runner (their leases renewed) so that tiny jobs are leased in large
       batches. `None` (the default) adapts it: as many jobs as the pool
@@ -117,6 +119,7 @@ class Runner:
         name: str = "worker",
         observer: RunnerObserver | None = None,
         listen: bool = True,
+        listen_url: str | None = None,
         prefetch: int | None = None,
         ack_linger: float = 0.002,
         ack_max_batch: int = 1000,
@@ -179,7 +182,12 @@ class Runner:
             readiness=readiness,
         )
         self._listener = WakeupListener(
-            engine, list(self._handlers), self._lease_loop.wake, self._stopping, self._outage
+            engine,
+            list(self._handlers),
+            self._lease_loop.wake,
+            self._stopping,
+            self._outage,
+            listen_url=listen_url,
         )
         self._threads: dict[str, threading.Thread] = {}
         self._pool: list[threading.Thread] = []

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import Engine
 
+from app.db import connect_kwargs
 from app.queue.jobs import WAKEUP_CHANNEL
 from app.worker.dbsession import short_error
 from app.worker.outage import DatabaseOutage
@@ -28,12 +29,6 @@ logger = logging.getLogger(__name__)
 
 CHECK_STOP_SECONDS = 0.5
 """How long one wait for notifications lasts before the stop flag is checked."""
-
-
-def listen_connect_args(engine: Engine) -> tuple[list[Any], dict[str, Any]]:
-    """The psycopg connect arguments the engine itself would use."""
-    args, kwargs = engine.dialect.create_connect_args(engine.url)
-    return list(args), dict(kwargs)
 
 
 class WakeupListener:
@@ -46,8 +41,11 @@ class WakeupListener:
         outage: DatabaseOutage,
         *,
         channel: str = WAKEUP_CHANNEL,
+        listen_url: str | None = None,
     ) -> None:
-        self._connect_args = listen_connect_args(engine)
+        # LISTEN needs a session: `listen_url` is a direct connection when the
+        # engine goes through PgBouncer in transaction mode.
+        self._connect_kwargs = connect_kwargs(listen_url or engine)
         self._kinds = frozenset(kinds)
         self._on_wake = on_wake
         self._stopping = stopping
@@ -82,8 +80,7 @@ class WakeupListener:
                 self._stopping.wait(self._outage.failed(short_error(exc), failures))
 
     def _connect(self) -> psycopg.Connection[Any]:
-        args, kwargs = self._connect_args
-        conn = psycopg.connect(*args, **{**kwargs, "autocommit": True})
+        conn = psycopg.connect(**{**self._connect_kwargs, "autocommit": True})
         self.connections += 1
         conn.execute(f'LISTEN "{self._channel}"')
         self.listening.set()

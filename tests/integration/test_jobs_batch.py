@@ -14,6 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, event, text
 
+from app.db import connect_kwargs
 from app.queue import (
     KIND_SYNC_CHAPTER_CONTENT,
     KIND_SYNC_MANGA,
@@ -30,7 +31,6 @@ from app.queue import (
     renew_many,
 )
 from app.queue.jobs import WAKEUP_CHANNEL, _lease_statement
-from app.worker.wakeup import listen_connect_args
 from tests.helpers import job_row
 
 LONG = timedelta(minutes=5)
@@ -187,8 +187,7 @@ def test_batched_writes_with_nothing_to_do_send_nothing(engine):
 
 @contextmanager
 def listening(engine: Engine) -> Iterator[psycopg.Connection[Any]]:
-    args, kwargs = listen_connect_args(engine)
-    with psycopg.connect(*args, **{**kwargs, "autocommit": True}) as conn:
+    with psycopg.connect(**{**connect_kwargs(engine), "autocommit": True}) as conn:
         conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
         yield conn
 

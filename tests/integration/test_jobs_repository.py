@@ -32,6 +32,9 @@ from tests.helpers import count, expire_lease, insert_raw_job, job_row
 
 MINUTE = timedelta(minutes=1)
 
+# The contract holds through PgBouncer in transaction mode too (tests/pgbouncer.py).
+pytestmark = pytest.mark.pgbouncer
+
 
 def manga(key: str = "k") -> SyncManga:
     return SyncManga(source_id="src", source_manga_key=key)

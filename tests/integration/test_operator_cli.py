@@ -95,6 +95,7 @@ def analyze_job(conn: Connection, page_id: uuid.UUID, **values: Any) -> uuid.UUI
 # --- jobs stats ---------------------------------------------------------------
 
 
+@pytest.mark.pgbouncer  # also through PgBouncer in transaction mode
 def test_jobs_stats_prints_counts_by_kind_and_state(env, engine, tmp_path):
     with engine.begin() as conn:
         pages = [make_page(conn, page_number=n) for n in range(1, 5)]
@@ -170,6 +171,7 @@ def test_jobs_list_shows_labels_and_short_errors_and_json_matches_the_api(env, e
 # --- jobs retry -------------------------------------------------------------------
 
 
+@pytest.mark.pgbouncer  # also through PgBouncer in transaction mode
 def test_jobs_retry_moves_dead_jobs_back_and_reports_failures(env, engine, tmp_path):
     with engine.begin() as conn:
         pages = [make_page(conn, page_number=n) for n in range(1, 4)]
@@ -237,6 +239,7 @@ def test_jobs_reap_deletes_old_done_jobs_only(env, engine, tmp_path):
     assert ok(cli(env, tmp_path, "jobs", "reap")).startswith("deleted 0 done job(s)")
 
 
+@pytest.mark.pgbouncer  # also through PgBouncer in transaction mode
 def test_jobs_reclaim_gives_back_expired_leases_with_the_attempt_refunded(env, engine, tmp_path):
     with engine.begin() as conn:
         page, other = make_page(conn, page_number=1), make_page(conn, page_number=2)
@@ -355,6 +358,7 @@ def test_analyze_force_restarts_a_running_job_as_forced(env, engine, tmp_path):
     assert row.attempts == 1 and row.lease_generation == 1
 
 
+@pytest.mark.pgbouncer  # also through PgBouncer in transaction mode
 def test_analyze_missing_enqueues_every_page_without_a_done_analysis_in_batches(
     env, engine, tmp_path
 ):

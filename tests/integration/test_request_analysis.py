@@ -5,10 +5,15 @@ from __future__ import annotations
 import uuid
 from datetime import timedelta
 
+import pytest
+
 from app.queue import KIND_ANALYZE_PAGE, ack_done, lease, request_analysis
 from tests.helpers import count, job_row
 
 MINUTE = timedelta(minutes=1)
+
+# The contract holds through PgBouncer in transaction mode too (tests/pgbouncer.py).
+pytestmark = pytest.mark.pgbouncer
 
 
 def test_request_analysis_enqueues_once_per_page(engine):

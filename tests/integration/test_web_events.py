@@ -22,7 +22,8 @@ from flask import Flask
 from psycopg import sql
 from werkzeug.serving import make_server
 
-from app.web.events import APPLICATION_NAME, connect_kwargs_from_engine, format_event
+from app.db import connect_kwargs
+from app.web.events import APPLICATION_NAME, format_event
 from app.web.flask import admin_blueprint
 from tests.helpers import count, wait_until
 
@@ -185,7 +186,7 @@ def test_stream_backs_off_while_the_database_refuses_and_then_reconnects(
     def allow_connections(allowed: bool) -> int:
         """Lock the database out (or let it back in); returns listeners terminated."""
         # From the maintenance database: Postgres won't lock out the current one.
-        kwargs = connect_kwargs_from_engine(engine) | {"dbname": "postgres"}
+        kwargs = connect_kwargs(engine) | {"dbname": "postgres"}
         with psycopg.connect(**kwargs, autocommit=True) as conn:
             conn.execute(
                 sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(

@@ -8,10 +8,10 @@ from django.apps import AppConfig, apps
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from app.db import make_engine
+from app.db import connect_kwargs, make_engine
 from app.web.django.borrowed import BorrowedEngines
 from app.web.django.conf import PageAnalysisSettings, page_analysis_settings, sqlalchemy_url
-from app.web.events import EventStreams, connect_kwargs_from_engine
+from app.web.events import EventStreams
 
 ADMIN_POOL_SIZE = 5
 """Connections the admin views may hold at once (the event streams have their own)."""
@@ -39,9 +39,11 @@ class PageAnalysisConfig(AppConfig):
     def _configure(self) -> None:
         self.settings = page_analysis_settings()
         # The streams LISTEN on connections of their own (one each, while
-        # open), to the database the admin engine points at now.
+        # open), to LISTEN_DATABASE_URL, else the database the admin engine
+        # points at now.
+        listen_url = self.settings.listen_database_url
         self.event_streams = EventStreams(
-            lambda: connect_kwargs_from_engine(self.admin_engine()),
+            lambda: connect_kwargs(listen_url or self.admin_engine()),
             max_streams=self.settings.max_event_streams,
             keepalive_seconds=self.settings.event_keepalive_seconds,
         )

@@ -44,6 +44,9 @@ class PageAnalysisSettings:
     database_alias: str = DEFAULT_DATABASE_ALIAS
     max_event_streams: int = DEFAULT_MAX_EVENT_STREAMS
     event_keepalive_seconds: float = DEFAULT_EVENT_KEEPALIVE_SECONDS
+    listen_database_url: str | None = None
+    """Direct connection the event streams LISTEN on (the database sits behind
+    PgBouncer in transaction mode); unset: the Django database's."""
 
 
 _KEYS: Final = {
@@ -51,6 +54,7 @@ _KEYS: Final = {
     "DATABASE_ALIAS": "database_alias",
     "MAX_EVENT_STREAMS": "max_event_streams",
     "EVENT_KEEPALIVE_SECONDS": "event_keepalive_seconds",
+    "LISTEN_DATABASE_URL": "listen_database_url",
 }
 
 
@@ -79,6 +83,9 @@ def page_analysis_settings() -> PageAnalysisSettings:
     keepalive = parsed.event_keepalive_seconds
     if not isinstance(keepalive, int | float) or isinstance(keepalive, bool) or keepalive <= 0:
         raise ImproperlyConfigured(f"{SETTING}['EVENT_KEEPALIVE_SECONDS'] must be > 0")
+    listen_url = parsed.listen_database_url
+    if listen_url is not None and (not isinstance(listen_url, str) or not listen_url.strip()):
+        raise ImproperlyConfigured(f"{SETTING}['LISTEN_DATABASE_URL'] must be a non-empty URL")
     return parsed
 
 

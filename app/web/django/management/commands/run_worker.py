@@ -45,6 +45,9 @@ class Command(BaseCommand):
         connections.close_all()
         # The CLI reads its settings from the environment; this process is ours.
         os.environ["DATABASE_URL"] = url
+        listen_url = page_analysis_app().settings.listen_database_url
+        if listen_url:
+            os.environ["LISTEN_DATABASE_URL"] = listen_url
         argv = ["--log-level", options["log_level"], "run-worker"]
         argv.append("--migrate" if options["migrate"] else "--no-migrate")
         code = cli.main(argv)
