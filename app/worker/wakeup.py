@@ -23,6 +23,7 @@ from sqlalchemy import Engine
 from app.queue.jobs import WAKEUP_CHANNEL
 from app.worker.dbsession import short_error
 from app.worker.outage import DatabaseOutage
+from app.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
@@ -36,21 +37,32 @@ def listen_connect_args(engine: Engine) -> tuple[list[Any], dict[str, Any]]:
     return list(args), dict(kwargs)
 
 
-class WakeupListener:
+ConnectArgs = tuple[list[Any], dict[str, Any]]
+"""Positional and keyword arguments for `psycopg.connect`."""
+
+
+class WakeupListener(ThreadService):
+    """`connect_args`: how to open the LISTEN connection (a session, never
+    through a transaction-mode pooler); by default what `engine` would use.
+    `on_wake()` is called for each notification naming one of `kinds`."""
+
+    role = "listener"
+
     def __init__(
         self,
         engine: Engine,
         kinds: Collection[str],
         on_wake: Callable[[], None],
-        stopping: threading.Event,
         outage: DatabaseOutage,
         *,
+        connect_args: ConnectArgs | None = None,
         channel: str = WAKEUP_CHANNEL,
+        name: str = "worker",
     ) -> None:
-        self._connect_args = listen_connect_args(engine)
+        super().__init__(name)
+        self._connect_args = connect_args or listen_connect_args(engine)
         self._kinds = frozenset(kinds)
         self._on_wake = on_wake
-        self._stopping = stopping
         self._outage = outage
         self._channel = channel
         self.connections = 0
@@ -60,7 +72,7 @@ class WakeupListener:
 
     def run(self) -> None:
         failures = 0
-        while not self._stopping.is_set():
+        while not self.stopped.is_set():
             established = False
             try:
                 with self._connect() as conn:
@@ -73,13 +85,13 @@ class WakeupListener:
                     return
             except psycopg.Error as exc:
                 self.listening.clear()
-                if self._stopping.is_set():
+                if self.stopped.is_set():
                     return
                 if established:
                     logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
                     continue
                 failures += 1
-                self._stopping.wait(self._outage.failed(short_error(exc), failures))
+                self.stopped.wait(self._outage.failed(short_error(exc), failures))
 
     def _connect(self) -> psycopg.Connection[Any]:
         args, kwargs = self._connect_args
@@ -91,7 +103,7 @@ class WakeupListener:
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         kinds = self._kinds
-        while not self._stopping.is_set():
+        while not self.stopped.is_set():
             for notify in conn.notifies(timeout=CHECK_STOP_SECONDS):
                 payload = notify.payload
                 if not payload or not kinds.isdisjoint(payload.split(",")):
