@@ -85,7 +85,9 @@ def analysis_runner(
             job_timeout=settings.job_timeout_seconds,
             idle_poll=settings.idle_poll_seconds,
             listen=settings.queue_listen,
-            prefetch=0,  # one page at a time per worker: the model server is the bottleneck
+            # Adaptive: one page leased ahead (a lease round trip over a page's
+            # time, rounded up), so a freed worker starts its next page at once.
+            prefetch=None,
             readiness=gate,
             events=events,
             reap_retention_days=settings.reap_retention_days,
