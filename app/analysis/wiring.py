@@ -85,9 +85,11 @@ def analysis_runner(
             job_timeout=settings.job_timeout_seconds,
             idle_poll=settings.idle_poll_seconds,
             listen=settings.queue_listen,
-            # Adaptive: one page leased ahead (a lease round trip over a page's
-            # time, rounded up), so a freed worker starts its next page at once.
-            prefetch=None,
+            # Each worker's next page leased and loaded while it waits for the
+            # model: pages started together finish together, and a worker that
+            # waited for the next lease round (2-3 ms, more on a busy machine)
+            # lost that much of its slot (docs/performance.md).
+            prefetch=settings.analysis_workers,
             readiness=gate,
             events=events,
             reap_retention_days=settings.reap_retention_days,
