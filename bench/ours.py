@@ -5,8 +5,8 @@
 - `drain`: a `Runner` with `threads` pool threads over the no-op handler,
   timed from `start()` until the database counts every seeded job `done`;
 - `drain_together`: one of several worker processes draining the same
-  seeded jobs; each starts its runner at the agreed `start_at` (wall clock)
-  and notes when it sees every job `done`;
+  seeded jobs; each says it is ready, starts its runner once the parent
+  creates the `go` file, and notes when it sees every job `done`;
 - `pickup_worker` / `pickup_produce`: an idle runner, and a producer that
   commits one job every `gap` seconds and notes `time.time()` as COMMIT returns.
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, text
@@ -173,7 +174,10 @@ def drain_together(args: dict[str, Any]) -> dict[str, Any]:
     try:
         with engine.connect() as probe:
             _done_count(probe)  # connect before the clock runs
-            time.sleep(max(0.0, args["start_at"] - time.time()))
+            ready()
+            go = Path(args["go"])
+            while not go.exists():
+                time.sleep(0.001)
             started = time.time()
             runner.start()
             done = 0

@@ -7,7 +7,9 @@ as spread between rounds, and no system always goes first); sections 4 and
 
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -74,22 +76,26 @@ def _round(
     results["pickup"].setdefault(system, []).append(picked)
 
 
-START_DELAY_SECONDS = 4.0
-"""Time given to every drain process to import and connect before they start together."""
-
-
 def _drain_together(url: str, processes: int, config: BenchConfig) -> dict[str, Any]:
-    """`processes` worker processes drain the seeded jobs, started at one moment."""
-    start_at = time.time() + START_DELAY_SECONDS
-    args = {
-        "url": url,
-        "jobs": config.drain_jobs,
-        "threads": config.process_threads,
-        "start_at": start_at,
-        "budget": config.budget_seconds,
-    }
-    children = [child.Child.start("ours", "drain_together", args) for _ in range(processes)]
-    results = [worker.result() for worker in children]
+    """`processes` worker processes drain the seeded jobs, started together once
+    every one of them has imported, connected and said it is ready."""
+    with tempfile.TemporaryDirectory(prefix="bench-go-") as folder:
+        go = Path(folder) / "go"
+        args = {
+            "url": url,
+            "jobs": config.drain_jobs,
+            "threads": config.process_threads,
+            "go": str(go),
+            "budget": config.budget_seconds,
+        }
+        children = [child.Child.start("ours", "drain_together", args) for _ in range(processes)]
+        try:
+            for worker in children:
+                worker.wait_ready()
+            start_at = time.time()
+            go.touch()
+        finally:
+            results = [worker.result() for worker in children]
     # The first process to see every job done ends the clock.
     finished = [result["ended"] for result in results if result["done"] >= config.drain_jobs]
     ended = min(finished) if finished else max(result["ended"] for result in results)
