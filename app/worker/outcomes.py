@@ -27,7 +27,7 @@ from tenacity import (
 )
 
 from app.errors import ServiceError
-from app.queue.jobs import Lease, ack_dead, ack_failed
+from app.queue.jobs import Lease, ack_dead, ack_failed, release
 from app.worker.dbsession import is_transient_db_error, short_error
 from app.worker.events import EventBus, JobEvent
 from app.worker.inflight import InFlight, InFlightJobs
@@ -179,6 +179,28 @@ class Outcomes:
             logger.info("%s released on shutdown (attempt refunded)", job.label)
             self.observe(job, "released")
             self.publish("cancelled", job, attempt=job.lease.attempts)
+
+    def give_back(self, job: InFlight) -> None:
+        """Release a job that was leased but never started (attempt refunded)."""
+
+        def write() -> bool:
+            with self._engine.begin() as conn:
+                return release(conn, job.lease)
+
+        try:
+            released = self.with_db_retry(write)
+        except Exception as exc:
+            logger.error(
+                "%s: could not give the job back (%s); its lease will expire",
+                job.label,
+                short_error(exc),
+            )
+            return
+        with job_log_context(**job.log_fields):
+            if released:
+                logger.info("%s given back unrun: the readiness gate closed", job.label)
+                self.observe(job, "released")
+                self.publish("cancelled", job, attempt=job.lease.attempts)
 
     def lease_lost(self, job: InFlight) -> None:
         with job_log_context(**job.log_fields):

@@ -1,7 +1,9 @@
 """The fixed pool: `workers` threads, each running one job's `execute` at a time.
 
-A pool thread takes a leased job, runs its `execute` with no transaction
-open, and hands the finished job to the acker (which writes the result and
+A pool thread takes a leased job and asks the readiness gate, if any (a
+ready answer is reused for a second): when it has closed since the lease,
+the job is given back unrun. Otherwise it runs `execute` with no transaction
+open and hands the finished job to the acker (which writes the result and
 the ack in a batch) or, when it failed, writes the failure itself. It then
 takes its next job at once: the completion write overlaps the next job.
 
@@ -131,6 +133,12 @@ class WorkerPool:
         if job.nothing_to_do:
             if self._jobs.finish(job):
                 self._acker.put(job)
+            return
+        if self._readiness is not None and not self._readiness.check():
+            # Leased ahead while the gate was open; it has closed since (a
+            # failed attempt made it probe again): give the job back unrun.
+            if self._jobs.abandon(job) is not None:
+                self._outcomes.give_back(job)
             return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:

@@ -495,3 +495,26 @@ def test_results_are_saved_with_their_acks_only_for_current_leases(engine):
     assert rows[ids[1]].lease_generation == thieves[ids[1]].lease_generation
     assert rows[ids[3]].state == "pending" and "does not fit" in rows[ids[3]].last_error
     assert recorder.outcomes() == Counter({"done": 2, "failed": 1})
+
+
+def test_jobs_leased_ahead_are_given_back_unrun_when_the_gate_closes(engine):
+    from app.worker.readiness import ReadinessGate
+
+    ids = fill(engine, 3)
+    ready = threading.Event()
+    ready.set()
+    gate = ReadinessGate(ready.is_set, url="test", poll_seconds=0.05, fresh_seconds=0.0)
+    handler = HoldingHandler()
+    with running(engine, handler, workers=1, prefetch=2, readiness=gate) as (runner, recorder):
+        wait_until(lambda: len(handler.started) == 1 and runner.in_flight == 3)
+        ready.clear()  # the model server went away while two jobs waited
+        handler.release.set()
+        # Given-up jobs leave the registry before their release is written.
+        wait_until(lambda: recorder.outcomes() == Counter({"done": 1, "released": 2}))
+        assert runner.in_flight == 0
+    (ran,) = handler.started
+    with engine.connect() as conn:
+        rows = {job_id: job_row(conn, job_id) for job_id in ids}
+    assert rows[ran].state == "done"
+    waited = [rows[job_id] for job_id in ids if job_id != ran]
+    assert [(row.state, row.attempts) for row in waited] == [("pending", 0), ("pending", 0)]
