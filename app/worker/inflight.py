@@ -78,18 +78,12 @@ class InFlight:
     item: Any = None
     load_error: str | None = None
     nothing_to_do: bool = False
-    leased_at: float = field(default_factory=time.monotonic)
     cancel: threading.Event = field(default_factory=CancelEvent)
     state: JobState = JobState.QUEUED
     ctx: JobContext | None = None
     """Set when its dispatch starts."""
     slot: int = -1
     """The pool thread (by index) executing it, while `EXECUTING`."""
-
-    @property
-    def started_at(self) -> float:
-        """When its dispatch started (its lease, if it never ran)."""
-        return self.ctx.started_at if self.ctx is not None else self.leased_at
 
 
 def new_job(

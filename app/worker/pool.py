@@ -85,9 +85,6 @@ class WorkerPool:
     def _live(self) -> list[threading.Thread]:
         return [thread for thread in self._threads if thread not in self._stuck]
 
-    def alive(self) -> list[str]:
-        return [thread.name for thread in self._live() if thread.is_alive()]
-
     # --- jobs ----------------------------------------------------------------
 
     def submit(self, batch: list[InFlight]) -> None:

@@ -219,7 +219,11 @@ class Runner:
             self._shutdown.join(max(0.0, deadline - time.monotonic()))
         ended = [service.join(max(0.0, deadline - time.monotonic())) for service in self._services]
         if not all(ended):
-            alive = [type(s).__name__ for s, done in zip(self._services, ended, strict=True)]
+            alive = [
+                type(service).__name__
+                for service, done in zip(self._services, ended, strict=True)
+                if not done
+            ]
             logger.warning("runner services still running after %.0f s: %s", timeout, alive)
         return all(ended)
 

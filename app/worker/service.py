@@ -76,10 +76,6 @@ class ThreadService:
             thread.join(max(0.0, timeout))
         return not thread.is_alive()
 
-    @property
-    def alive(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
     def _guarded(self) -> None:
         while True:
             try:
