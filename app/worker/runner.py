@@ -119,11 +119,17 @@ class Runner:
             raise ValueError("workers must be at least 1 and prefetch at least 0")
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
+        self.workers = workers
+        self.lease_duration = lease_duration
+        self.job_timeout = job_timeout
+        self.idle_poll = idle_poll
+        self.listen = listen
         self._readiness = readiness
         self._name = name
         self._stopping = threading.Event()
         self._shutdown: threading.Thread | None = None
-        self._stop_lock = threading.Lock()
+        # Reentrant: a signal handler calling stop() may interrupt start().
+        self._lifecycle = threading.RLock()
         outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
         self._outcomes = Outcomes(engine, jobs, events, observer, self._stopping, outage)
@@ -178,29 +184,41 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Reclaim orphaned leases once, then start the services in order."""
-        self._reclaim_at_start()
-        for service in self._services:
-            service.start()
+        """Reclaim orphaned leases once, then start the services in order.
+        Does nothing once `stop()` was called."""
+        with self._lifecycle:
+            if self._shutdown is not None:
+                return
+            self._reclaim_at_start()
+            for service in self._services:
+                service.start()
 
     def stop(self) -> None:
         """Ask the runner to stop; returns at once (a second call does nothing).
 
         The shutdown sequence runs on a thread of its own: the services are
         stopped and joined one after the other, in the reverse start order."""
-        with self._stop_lock:
-            if self._stopping.is_set():
+        with self._lifecycle:
+            if self._shutdown is not None:
                 return
-            self._stopping.set()
             self._shutdown = threading.Thread(
                 target=self._shut_down, name=f"{self._name}-shutdown", daemon=True
             )
-        self._shutdown.start()
+            self._shutdown.start()
+            # Set once the thread runs: whoever sees it may join the shutdown.
+            self._stopping.set()
 
     def _shut_down(self) -> None:
+        with self._lifecycle:
+            pass  # a start() under way (a signal may arrive during it) ends first
         for service in reversed(self._services):
+            began = time.monotonic()
             service.stop()
-            if not service.join(SHUTDOWN_JOIN_SECONDS):
+            ended = service.join(SHUTDOWN_JOIN_SECONDS)
+            logger.debug(
+                "shutdown: %s ended in %.3f s", type(service).__name__, time.monotonic() - began
+            )
+            if not ended:
                 logger.warning(
                     "%s still running after %.0f s; shutdown goes on without it",
                     type(service).__name__,

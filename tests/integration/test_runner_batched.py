@@ -518,3 +518,16 @@ def test_jobs_leased_ahead_are_given_back_unrun_when_the_gate_closes(engine):
     assert rows[ran].state == "done"
     waited = [rows[job_id] for job_id in ids if job_id != ran]
     assert [(row.state, row.attempts) for row in waited] == [("pending", 0), ("pending", 0)]
+
+
+def test_a_runner_stopped_before_it_starts_leases_nothing_and_joins(engine):
+    (job_id,) = fill(engine, 1)
+    handler = NoopHandler(KIND_SYNC_MANGA)
+    runner = Runner(engine, [handler], workers=2, idle_poll=0.05)
+    runner.stop()  # e.g. a model that failed to load before the host called start()
+    runner.start()
+    assert runner.join(5)
+    assert runner.lease_rounds == 0 and handler.calls == 0
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    assert (row.state, row.attempts) == ("pending", 0)
