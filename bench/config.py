@@ -27,6 +27,11 @@ class BenchConfig:
     jobs_per_txn: int = field(default_factory=lambda: _int("BENCH_JOBS_PER_TXN", 1_000))
     drain_jobs: int = field(default_factory=lambda: _int("BENCH_DRAIN_JOBS", 20_000))
     pool_threads: tuple[int, ...] = field(default_factory=lambda: _ints("BENCH_THREADS", "1,4,16"))
+    drain_processes: tuple[int, ...] = field(
+        default_factory=lambda: _ints("BENCH_PROCESSES", "2,4")
+    )
+    """Worker processes draining one queue together, each with `process_threads` threads."""
+    process_threads: int = field(default_factory=lambda: _int("BENCH_PROCESS_THREADS", 4))
     prefetch: int = field(default_factory=lambda: _int("BENCH_PREFETCH", 0))
     """Passed to `Runner(prefetch=...)` in section 2 when above 0 (a lever to explore)."""
     pickup_jobs: int = field(default_factory=lambda: _int("BENCH_PICKUP_JOBS", 200))

@@ -4,6 +4,9 @@
   transaction, in transactions of `per_txn` jobs on one connection;
 - `drain`: a `Runner` with `threads` pool threads over the no-op handler,
   timed from `start()` until the database counts every seeded job `done`;
+- `drain_together`: one of several worker processes draining the same
+  seeded jobs; each says it is ready, starts its runner once the parent
+  creates the `go` file, and notes when it sees every job `done`;
 - `pickup_worker` / `pickup_produce`: an idle runner, and a producer that
   commits one job every `gap` seconds and notes `time.time()` as COMMIT returns.
 """
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, text
@@ -153,6 +157,44 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
         "capped": done < jobs,
         "rss_mb": peak_rss_mb(),
         "handler": source,
+        **_ack_figures(runner),
+    }
+
+
+def _ack_figures(runner: Runner) -> dict[str, Any]:
+    """How many jobs each acker transaction wrote, on average."""
+    acker = getattr(runner, "acker", None)
+    batches, acked = getattr(acker, "batches", 0), getattr(acker, "acked", 0)
+    return {"ack_batches": batches, "acks_per_batch": acked / batches if batches else None}
+
+
+def drain_together(args: dict[str, Any]) -> dict[str, Any]:
+    jobs, budget = args["jobs"], args["budget"]
+    engine, runner = _runner(args["url"], args["threads"], noop_handler()[0])
+    try:
+        with engine.connect() as probe:
+            _done_count(probe)  # connect before the clock runs
+            ready()
+            go = Path(args["go"])
+            while not go.exists():
+                time.sleep(0.001)
+            started = time.time()
+            runner.start()
+            done = 0
+            while done < jobs and time.time() - started < budget:
+                time.sleep(POLL_SECONDS)
+                done = _done_count(probe)
+            ended = time.time()
+        runner.stop()
+        runner.join(STOP_SECONDS)
+    finally:
+        engine.dispose()
+    return {
+        "started": started,
+        "ended": ended,
+        "done": done,
+        "rss_mb": peak_rss_mb(),
+        **_ack_figures(runner),
     }
 
 

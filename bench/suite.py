@@ -7,6 +7,9 @@ as spread between rounds, and no system always goes first); sections 4 and
 
 from __future__ import annotations
 
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine
@@ -58,12 +61,56 @@ def _round(
             system, "drain", {"url": url, "jobs": config.drain_jobs, "budget": budget, **extra}
         )
         results["throughput"].setdefault(system, {}).setdefault(label, []).append(drained)
+    if system == "ours":
+        for processes in config.drain_processes:
+            progress(f"ours: no-op throughput, {config.drain_jobs:,} jobs, {processes} processes")
+            ours.seed(engine, config.drain_jobs)
+            results["processes"].setdefault(str(processes), []).append(
+                _drain_together(url, processes, config)
+            )
     progress(f"{system}: pickup latency, {config.pickup_jobs} jobs {config.pickup_gap_ms} ms apart")
     worker_args = {"threads": config.pickup_threads} if system == "ours" else {}
     picked = pickup.measure(
         system, url, config.pickup_jobs, config.pickup_gap_ms / 1000, worker_args
     )
     results["pickup"].setdefault(system, []).append(picked)
+
+
+def _drain_together(url: str, processes: int, config: BenchConfig) -> dict[str, Any]:
+    """`processes` worker processes drain the seeded jobs, started together once
+    every one of them has imported, connected and said it is ready."""
+    with tempfile.TemporaryDirectory(prefix="bench-go-") as folder:
+        go = Path(folder) / "go"
+        args = {
+            "url": url,
+            "jobs": config.drain_jobs,
+            "threads": config.process_threads,
+            "go": str(go),
+            "budget": config.budget_seconds,
+        }
+        children = [child.Child.start("ours", "drain_together", args) for _ in range(processes)]
+        try:
+            for worker in children:
+                worker.wait_ready()
+            start_at = time.time()
+            go.touch()
+        finally:
+            results = [worker.result() for worker in children]
+    # The first process to see every job done ends the clock.
+    finished = [result["ended"] for result in results if result["done"] >= config.drain_jobs]
+    ended = min(finished) if finished else max(result["ended"] for result in results)
+    done = max(result["done"] for result in results)
+    seconds = ended - start_at
+    return {
+        "processes": processes,
+        "threads": config.process_threads,
+        "jobs": done,
+        "seconds": seconds,
+        "jobs_per_s": done / seconds,
+        "capped": done < config.drain_jobs,
+        "late_start_s": max(result["started"] for result in results) - start_at,
+        "rss_mb": max(result["rss_mb"] for result in results),
+    }
 
 
 def _ours_only(results: dict[str, Any], engine: Engine, url: str, config: BenchConfig) -> None:
@@ -87,7 +134,8 @@ def _ours_only(results: dict[str, Any], engine: Engine, url: str, config: BenchC
 
 def run(engine: Engine, url: str, config: BenchConfig) -> dict[str, Any]:
     results: dict[str, Any] = {
-        "enqueue": {}, "throughput": {}, "pickup": {}, "pipeline": [], "lease_latency": [],
+        "enqueue": {}, "throughput": {}, "processes": {}, "pickup": {}, "pipeline": [],
+        "lease_latency": [],
     }  # fmt: skip
     systems = ("ours", *PEERS) if config.peers else ("ours",)
     for number in range(config.rounds):

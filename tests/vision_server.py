@@ -42,8 +42,10 @@ Helpers:
         tags, description, nsfw safe 0.02), top-level keys replaced by `overrides`
     `error_reply(status, message) -> Reply`: an OpenAI-style `{"error": {...}}` body
 
-Other paths answer 404 and are not recorded. Responses close the connection
-(HTTP/1.0), so no client keeps a pooled connection to a stopped server.
+Other paths answer 404 and are not recorded. The server speaks HTTP/1.1 and
+keeps connections alive, as model servers do (a client that reuses its
+connections shows it in the benchmark); `stop()` closes every open connection,
+so no client keeps a pooled connection to a stopped server.
 Run `python -m tests.vision_server --port 8080` to serve default answers by hand.
 """
 
@@ -53,6 +55,7 @@ import argparse
 import collections
 import contextlib
 import json
+import socket
 import sys
 import threading
 import time
@@ -184,6 +187,7 @@ class ScriptedVisionServer:
         self._stopping.set()
         httpd.shutdown()
         httpd.server_close()
+        httpd.close_connections()
         if self._thread is not None:
             self._thread.join(timeout=5)
         # Keep the port for `url`, so a test can still aim a client at the dead address.
@@ -260,6 +264,8 @@ class ScriptedVisionServer:
 
 
 _CLIENT_GONE = (TimeoutError, BrokenPipeError, ConnectionResetError)
+_IDLE_CONNECTION_SECONDS = 30.0
+"""How long a kept-alive connection may sit idle before the server closes it."""
 
 
 class _Server(ThreadingHTTPServer):
@@ -270,6 +276,29 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 128
     scripted: ScriptedVisionServer
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(*args, **kwargs)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._open_lock:
+            self._open.add(request)
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._open_lock:
+            self._open.discard(request)
+        super().shutdown_request(request)
+
+    def close_connections(self) -> None:
+        """Drop every kept-alive connection (their handler threads then end)."""
+        with self._open_lock:
+            sockets, self._open = list(self._open), set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         # Clients that time out or disconnect mid-request are part of the tests;
         # anything else is a bug in this server and gets the default traceback.
@@ -279,22 +308,41 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
-    protocol_version = "HTTP/1.0"
+    protocol_version = "HTTP/1.1"
+    timeout = _IDLE_CONNECTION_SECONDS
+    # Headers and body go out in two writes: on a kept-alive connection Nagle's
+    # algorithm would hold the body until the client's delayed ACK (~40 ms).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: Any) -> None:
         return
 
     def handle(self) -> None:
-        # A client that timed out or gave up leaves mid-request or mid-answer.
+        # A client that timed out or gave up leaves mid-request or mid-answer;
+        # an idle kept-alive connection times out between requests.
+        with contextlib.suppress(*_CLIENT_GONE, OSError):
+            super().handle()
+
+    def do_GET(self) -> None:
+        with self._answering():
+            self._get()
+
+    def do_POST(self) -> None:
+        with self._answering():
+            self._post()
+
+    @contextlib.contextmanager
+    def _answering(self) -> Iterator[None]:
+        # Counted per request, not per connection: `wait_idle` waits for
+        # answers, not for clients to hang up their kept-alive connections.
         scripted = self.server.scripted
         scripted._handler_running(+1)
         try:
-            with contextlib.suppress(*_CLIENT_GONE):
-                super().handle()
+            yield
         finally:
             scripted._handler_running(-1)
 
-    def do_GET(self) -> None:
+    def _get(self) -> None:
         if self.path.split("?")[0] != HEALTH_PATH:
             self._send(Reply(status=404, body={"error": "not found"}))
             return
@@ -302,7 +350,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = {"status": "ok"} if status < 400 else {"error": {"message": "Loading model"}}
         self._send(Reply(status=status, body=body))
 
-    def do_POST(self) -> None:
+    def _post(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length) if length else b""
         if self.path.split("?")[0] != CHAT_PATH:

@@ -95,6 +95,9 @@ class PageAnalysisHandler:
             "page_number": page.page_number,
         }
 
+    def log_fields(self, item: PageJob) -> Mapping[str, Any]:
+        return {"page_id": str(item.page.page_id)}
+
     def execute(self, item: PageJob, ctx: JobContext) -> VisionResult:
         data = self._storage.read_bytes(item.page.storage_key, self._max_image_bytes)
         image = prepare_image(data, max_side_px=self._max_side_px)

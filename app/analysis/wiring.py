@@ -10,17 +10,17 @@ until they are loaded and warmed up).
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine
 
 from app.analysis.events import analysis_event_bus
 from app.analysis.handler import PageAnalysisHandler
 from app.analysis.http import VisionClient, VisionObserver
-from app.analysis.ocr import OcrAnalyzer
 from app.config import Settings
 from app.db import listen_database_url, make_engine
 from app.storage import LocalStorage
@@ -28,6 +28,11 @@ from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
 from app.worker.readiness import ReadinessGate
 from app.worker.runner import Runner
+
+if TYPE_CHECKING:
+    # Imported only for the `ocr` backend: it brings numpy and the OCR stack,
+    # which an `http` worker never needs (its memory stays under 100 MB).
+    from app.analysis.ocr import OcrAnalyzer
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +62,8 @@ def analysis_runner(
             owned.callback(engine.dispose)
         if vision is None:
             if settings.backend == "ocr":
+                from app.analysis.ocr import OcrAnalyzer
+
                 vision = OcrAnalyzer()
             else:
                 vision = VisionClient.from_settings(settings, observer=vision_observer)
@@ -86,18 +93,33 @@ def analysis_runner(
             idle_poll=settings.idle_poll_seconds,
             listen=settings.queue_listen,
             listen_url=listen_database_url(settings),
-            prefetch=0,  # one page at a time per worker: the model server is the bottleneck
+            # Each worker's next page leased and loaded while it waits for the
+            # model: pages started together finish together, and a worker that
+            # waited for the next lease round (2-3 ms, more on a busy machine)
+            # lost that much of its slot (docs/performance.md).
+            prefetch=settings.analysis_workers,
             readiness=gate,
             events=events,
             reap_retention_days=settings.reap_retention_days,
             name="analysis",
             observer=observer,
         )
-        if isinstance(vision, OcrAnalyzer):
-            vision.start_loading(on_failure=lambda _error: runner.stop())
+        ocr = _as_ocr(vision)
+        if ocr is not None:
+            ocr.start_loading(on_failure=lambda _error: runner.stop())
         yield runner
-        if isinstance(vision, OcrAnalyzer) and vision.load_error is not None:
-            raise vision.load_error
+        if ocr is not None and ocr.load_error is not None:
+            raise ocr.load_error
+
+
+def _as_ocr(vision: object) -> OcrAnalyzer | None:
+    """`vision` if it is an `OcrAnalyzer`; without importing the OCR stack when
+    nothing has (then it cannot be one)."""
+    module = sys.modules.get("app.analysis.ocr")
+    if module is None:
+        return None
+    ocr_class: type[OcrAnalyzer] = module.OcrAnalyzer
+    return vision if isinstance(vision, ocr_class) else None
 
 
 class AnalysisObserver(VisionObserver, Protocol):

@@ -1,11 +1,17 @@
-"""Batched completion for handlers that write nothing of their own.
+"""Batched completion: finished jobs are acked, and their results written, together.
 
-Pool threads hand finished jobs to the acker, which gathers them for up to
-`linger` seconds (or `max_batch` jobs) and acks them all in ONE statement on
-its own autocommit connection (`ack_done_many`: fenced per row, so a stale
-lease in the batch changes only its own row, which is left alone). Then it
-reports each job (log, observer, event) after the fact is committed.
+Pool threads hand each finished job (with its result) to the acker and go
+straight on to their next job: the completion write overlaps other jobs'
+work. The acker gathers jobs for up to `linger` seconds (or `max_batch`
+jobs) and writes them in ONE fenced transaction on its own connection:
+`ack_done_many` first (fenced per row, so a stale lease in the batch changes
+only its own row, which is left alone), then `save` only for the jobs whose
+ack changed their row. A batch of handlers that write nothing is a single
+autocommit statement. Then it reports each job (log, observer, event)
+through `Outcomes`, after the fact is committed.
 
+If a `save` raises, the batch is rolled back whole and its jobs are written
+one transaction each, so that only the job at fault fails its attempt.
 Through a database outage the batch is kept and retried with backoff; a
 lease that expires meanwhile makes its ack a no-op and the job runs again.
 """
@@ -15,64 +21,71 @@ from __future__ import annotations
 import functools
 import logging
 import queue
-import threading
 import time
-from collections.abc import Callable
+import uuid
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from app.queue.batch import ack_done_many
 from app.worker.dbsession import DatabaseUnavailable, DbSession
 from app.worker.inflight import InFlight
 from app.worker.outage import DatabaseOutage
+from app.worker.outcomes import Outcomes, describe_error
+from app.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
-_STOP = None
+Finished = tuple[InFlight, Any]
+"""A finished job and what its `execute` returned."""
 
 
-class Acker:
+class Acker(ThreadService):
+    role = "acker"
+
     def __init__(
         self,
         engine: Engine,
         outage: DatabaseOutage,
-        stopping: threading.Event,
-        report: Callable[[InFlight, bool], None],
+        outcomes: Outcomes,
         *,
         linger: float = 0.002,
         max_batch: int = 1000,
+        name: str = "worker",
     ) -> None:
+        super().__init__(name)
         self._engine = engine
         self._outage = outage
-        self._stopping = stopping
-        self._report = report
+        self._outcomes = outcomes
         self.linger = linger
         self.max_batch = max_batch
-        self._queue: queue.SimpleQueue[InFlight | None] = queue.SimpleQueue()
-        self._closing = threading.Event()
+        self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.batches = 0
-        """Statements written (for tests and benchmarks)."""
+        """Transactions written (for tests and benchmarks)."""
+        self.acked = 0
+        """Jobs whose batch was written (acked or fenced off); `acked / batches`
+        is the mean batch size."""
 
-    def put(self, job: InFlight) -> None:
-        self._queue.put(job)
+    def put(self, job: InFlight, result: Any = None) -> None:
+        self._queue.put((job, result))
 
-    def close(self) -> None:
-        """Write what is queued, then end the thread."""
-        self._closing.set()
-        self._queue.put(_STOP)
+    def _request_stop(self) -> None:
+        # Whatever was put before this is written first.
+        self._queue.put(None)
 
     def run(self) -> None:
-        session = DbSession(self._engine, self._outage, self._closing, autocommit=True)
-        pending: list[InFlight] = []
+        # Its retries end on `stopped` only: what is queued is written even
+        # while the runner shuts down, unless the database stays away.
+        session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
+        pending: list[Finished] = []
         try:
             while True:
                 closing = self._gather(pending)
                 while pending:
                     try:
-                        leases = [job.lease for job in pending]
-                        acked = session.run(functools.partial(ack_done_many, leases=leases))
+                        acked, failed = self._write(session, pending)
                     except DatabaseUnavailable:
-                        if closing and self._stopping.is_set():
+                        if closing:
                             logger.error(
                                 "could not ack %d finished job(s) before shutdown; their "
                                 "leases will expire and they will run again",
@@ -83,35 +96,86 @@ class Acker:
                         closing = self._gather(pending, wait=False) or closing
                         continue
                     self.batches += 1
+                    self.acked += len(pending)
                     batch, pending = pending, []
-                    for job in batch:
-                        self._report(job, job.lease.id in acked)
+                    for job, _result in batch:
+                        if job.lease.id not in failed:
+                            self._outcomes.acked(job, job.lease.id in acked)
                 if closing:
                     return
         finally:
             session.close()
 
-    def _gather(self, batch: list[InFlight], wait: bool = True) -> bool:
+    def _write(
+        self, session: DbSession, batch: list[Finished]
+    ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
+        """Write the batch: (ids acked, ids whose save failed and were failed instead)."""
+        if not any(_saves(job) for job, _ in batch):
+            leases = [job.lease for job, _ in batch]
+            return session.run(lambda conn: ack_done_many(conn, leases)), set()
+        try:
+            return session.run(lambda conn: _ack_and_save(conn, batch), atomic=True), set()
+        except DatabaseUnavailable:
+            raise
+        except Exception as exc:
+            if len(batch) == 1:
+                return set(), self._save_failed(batch[0][0], exc)
+            logger.warning(
+                "a batch of %d result(s) could not be written (%s); writing each alone",
+                len(batch),
+                describe_error(exc),
+            )
+        acked: set[uuid.UUID] = set()
+        failed: set[uuid.UUID] = set()
+        for finished in batch:
+            try:
+                write_one = functools.partial(_ack_and_save, batch=[finished])
+                acked |= session.run(write_one, atomic=True)
+            except DatabaseUnavailable:
+                raise
+            except Exception as exc:
+                failed |= self._save_failed(finished[0], exc)
+        return acked, failed
+
+    def _save_failed(self, job: InFlight, exc: Exception) -> set[uuid.UUID]:
+        logger.error("%s: saving the result failed", job.label, exc_info=exc)
+        self._outcomes.fail(job, f"could not save result: {describe_error(exc)}", permanent=False)
+        return {job.lease.id}
+
+    def _gather(self, batch: list[Finished], wait: bool = True) -> bool:
         """Add queued jobs to `batch`: block for the first one, then linger.
-        Returns `True` once `close()` was called and everything before it is in."""
-        get = self._queue.get
+        Returns `True` once `stop()` was called and everything before it is in."""
+        get, get_nowait = self._queue.get, self._queue.get_nowait
         if wait and not batch:
-            job = get()
-            if job is _STOP:
+            finished = get()
+            if finished is None:
                 return True
-            batch.append(job)
+            batch.append(finished)
         deadline = time.monotonic() + self.linger
         while len(batch) < self.max_batch:
             remaining = deadline - time.monotonic() if wait else 0.0
             try:
-                job = get(timeout=remaining) if remaining > 0 else get_nowait(self._queue)
+                finished = get(timeout=remaining) if remaining > 0 else get_nowait()
             except queue.Empty:
                 return False
-            if job is _STOP:
+            if finished is None:
                 return True
-            batch.append(job)
+            batch.append(finished)
         return False
 
 
-def get_nowait(q: queue.SimpleQueue[InFlight | None]) -> InFlight | None:
-    return q.get_nowait()
+def _saves(job: InFlight) -> bool:
+    return not job.nothing_to_do and bool(getattr(job.handler, "writes_result", True))
+
+
+def _ack_and_save(conn: Connection, batch: list[Finished]) -> set[uuid.UUID]:
+    """Ack the batch, then save the result of each job whose ack changed its row."""
+    acked = ack_done_many(conn, [job.lease for job, _ in batch])
+    for job, result in batch:
+        if job.lease.id in acked and _saves(job):
+            assert job.ctx is not None
+            job.handler.save(conn, job.item, result, job.ctx)
+    return acked
+
+
+__all__ = ["Acker"]

@@ -55,6 +55,22 @@ def short_error(exc: BaseException | None) -> str:
     return f"{type(exc).__name__}: {first_line}" if first_line else type(exc).__name__
 
 
+def _in_one_transaction(conn: Connection, work: Callable[[Connection], T]) -> T:
+    """`work(conn)` in one transaction on an autocommit connection.
+
+    SQLAlchemy still calls the driver's commit()/rollback() at the end of the
+    block (a no-op in autocommit); switching psycopg's own flag off for the
+    block makes them real, without a round trip to switch it."""
+    driver = conn.connection.driver_connection
+    driver.autocommit = False  # type: ignore[union-attr]
+    try:
+        with conn.begin():
+            return work(conn)
+    finally:
+        if not driver.closed:  # type: ignore[union-attr]
+            driver.autocommit = True  # type: ignore[union-attr]
+
+
 class DatabaseUnavailable(Exception):
     """The database could not be reached; the caller should `backoff()` and retry."""
 
@@ -63,11 +79,12 @@ class DbSession:
     """One thread's dedicated connection. Not thread-safe: one owner thread.
 
     `run(work)` runs `work(conn)` in a transaction (autocommit connections:
-    each statement commits on its own, no BEGIN/COMMIT round trips) and
-    returns what it returned. A transient error on a connection that had
-    worked is retried once at once on a fresh connection; otherwise it
-    raises `DatabaseUnavailable`, and `backoff()` waits (capped, ends early
-    on `stopping`). Other errors propagate; the connection stays usable.
+    each statement commits on its own, no BEGIN/COMMIT round trips, unless
+    `atomic=True` asks for one transaction) and returns what it returned.
+    A transient error on a connection that had worked is retried once at
+    once on a fresh connection; otherwise it raises `DatabaseUnavailable`,
+    and `backoff()` waits (capped, ends early on `stopping`). Other errors
+    propagate; the connection stays usable.
     """
 
     def __init__(
@@ -86,14 +103,17 @@ class DbSession:
         self._failures = 0
         self._delay = 0.0
 
-    def run(self, work: Callable[[Connection], T]) -> T:
+    def run(self, work: Callable[[Connection], T], *, atomic: bool = False) -> T:
         retried = False
         while True:
             established = self._conn is not None
             try:
                 conn = self._connection()
-                with conn.begin():
-                    result = work(conn)
+                if atomic and self._autocommit:
+                    result = _in_one_transaction(conn, work)
+                else:
+                    with conn.begin():
+                        result = work(conn)
             except SQLAlchemyError as exc:
                 if not is_transient_db_error(exc):
                     raise

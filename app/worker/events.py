@@ -23,7 +23,8 @@ logger = logging.getLogger(__name__)
 NOTIFY_MAX_BYTES: Final = 7900
 """Postgres refuses `NOTIFY` payloads of 8000 bytes or more."""
 
-EVENT_TYPES: Final = ("started", "completed", "failed", "cancelled")
+EVENT_TYPES: Final = frozenset({"started", "completed", "failed", "cancelled"})
+"""The types of job event; `JobEvent` refuses any other."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,10 @@ class JobEvent:
     breadcrumb: Mapping[str, Any]
     details: Mapping[str, Any] = field(default_factory=dict)
     at: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def __post_init__(self) -> None:
+        if self.type not in EVENT_TYPES:
+            raise ValueError(f"unknown job event type {self.type!r}")
 
     def to_json(self) -> dict[str, Any]:
         """The `NOTIFY` payload: a flat JSON object with a `type` key."""

@@ -32,6 +32,12 @@ class JobContext:
         return int((time.monotonic() - self.started_at) * 1000)
 
 
+def handler_log_fields(handler: Any, item: Any) -> Mapping[str, Any]:
+    """`handler.log_fields(item)`, or no fields for a handler that has no such method."""
+    log_fields = getattr(handler, "log_fields", None)
+    return {} if log_fields is None else log_fields(item)
+
+
 class JobHandler(Protocol[ItemT, ResultT]):
     """One job kind's work. The runner owns leasing, heartbeats, deadlines,
     fencing, events and shutdown; a handler only says what to do.
@@ -50,7 +56,8 @@ class JobHandler(Protocol[ItemT, ResultT]):
     writes_result: bool
     """`False` when the handler has nothing of its own to write: `save` is never
     called and its jobs are acked in batches (one statement for many jobs).
-    `True`: `save` and the ack share one fenced transaction per job."""
+    `True`: `save` runs in the same fenced transaction as its ack, only when the
+    ack found the lease current (finished jobs share that transaction too)."""
 
     def load(self, conn: Connection, lease: Lease) -> ItemT | None:
         """What the job needs, or `None` when there is nothing to do (acked as done)."""
@@ -63,6 +70,12 @@ class JobHandler(Protocol[ItemT, ResultT]):
     def breadcrumb(self, item: ItemT) -> Mapping[str, Any] | None:
         """Event fields; `None` suppresses events (never the work)."""
         ...
+
+    def log_fields(self, item: ItemT) -> Mapping[str, Any]:
+        """Fields added to every log line about the job (beside `job_id`, `kind`
+        and `attempt`), e.g. the id of its subject. Optional: a handler without
+        this method adds none (`handler_log_fields`)."""
+        return {}
 
     def execute(self, item: ItemT, ctx: JobContext) -> ResultT:
         """Do the work. Raising fails this attempt with the exception's message."""

@@ -24,61 +24,76 @@ from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 
 from app.queue.batch import release_many, renew_many
-from app.worker.dbsession import DatabaseUnavailable, DbSession
-from app.worker.inflight import HOLDING_A_SLOT, InFlight, InFlightJobs, JobState
+from app.queue.jobs import reap_done
+from app.worker.dbsession import DatabaseUnavailable, DbSession, short_error
+from app.worker.inflight import InFlight, InFlightJobs, JobState
 from app.worker.outage import DatabaseOutage
+from app.worker.outcomes import Outcomes
+from app.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
+REAP_EVERY_SECONDS = 3600.0
+"""How often old `done` jobs are deleted (when `reap_retention_days` is set)."""
 
-class Heartbeat:
+
+class Heartbeat(ThreadService):
+    """`on_abandoned(job, was)` hears every job it gives up (the pool replaces a
+    thread stuck in `execute`); everything else it reports through `outcomes`.
+    Stopping it releases every job still queued or executing, in one statement,
+    as the last thing its thread does."""
+
+    role = "heartbeat"
+    restart_when_stopping = True  # its run ends with the shutdown release
+
     def __init__(
         self,
         engine: Engine,
         jobs: InFlightJobs,
+        outcomes: Outcomes,
         outage: DatabaseOutage,
-        stopping: threading.Event,
         *,
         lease_duration: timedelta,
         on_abandoned: Callable[[InFlight, JobState], None],
-        on_timeout: Callable[[InFlight], None],
-        on_lost: Callable[[InFlight], None],
-        on_released: Callable[[InFlight, bool], None],
-        before_shutdown: Callable[[], None],
-        on_tick: Callable[[], None] = lambda: None,
+        reap_retention_days: int = 0,
+        name: str = "worker",
     ) -> None:
+        super().__init__(name)
         self._engine = engine
         self._jobs = jobs
+        self._outcomes = outcomes
         self._outage = outage
-        self._stopping = stopping
         self.lease_duration = lease_duration
         self.interval = lease_duration.total_seconds() / 3
         self._on_abandoned = on_abandoned
-        self._on_timeout = on_timeout
-        self._on_lost = on_lost
-        self._on_released = on_released
-        self._before_shutdown = before_shutdown
-        self._on_tick = on_tick
+        self._reap_retention_days = reap_retention_days
+        self._last_reap = float("-inf")
         self._wake = threading.Event()
         self.wake_at = float("inf")
-        """When the thread plans to wake next (`time.monotonic()`); a job whose
-        deadline is earlier calls `wake()`."""
+        """When the thread plans to wake next (`time.monotonic()`)."""
 
-    def wake(self) -> None:
+    def watch(self, deadline: float) -> None:
+        """A job started with this deadline: wake early enough to enforce it."""
+        if deadline < self.wake_at:
+            self._wake.set()
+
+    def _request_stop(self) -> None:
         self._wake.set()
 
     def run(self) -> None:
+        # Never cut short: the release on shutdown gets the session's one retry.
         session = DbSession(self._engine, self._outage, threading.Event(), autocommit=True)
         next_renew = time.monotonic() + self.interval
         try:
-            while not self._stopping.is_set():
+            while not self.stopped.is_set():
                 now = time.monotonic()
-                self.wake_at = min(next_renew, self._earliest_deadline())
+                self.wake_at = min(next_renew, self._jobs.earliest_deadline())
                 self._wake.wait(max(0.0, self.wake_at - now))
                 self._wake.clear()
-                if self._stopping.is_set():
+                if self.stopped.is_set():
                     break
                 now = time.monotonic()
                 self._enforce_deadlines(now)
@@ -88,18 +103,10 @@ class Heartbeat:
                     # (sooner than a beat: the lease window is only 3 beats).
                     retry = min(self.interval, max(session.delay, 0.05))
                     next_renew = now + (self.interval if renewed else retry)
-                self._on_tick()
-            self._shutdown(session)
+                    self._maybe_reap(session, now)
+            self._release_in_flight(session)
         finally:
             session.close()
-
-    def _earliest_deadline(self) -> float:
-        deadlines = [
-            job.ctx.deadline
-            for job in self._jobs.snapshot()
-            if job.state is JobState.EXECUTING and job.ctx is not None
-        ]
-        return min(deadlines, default=float("inf"))
 
     def _enforce_deadlines(self, now: float) -> None:
         for job in self._jobs.snapshot():
@@ -107,13 +114,12 @@ class Heartbeat:
             if job.state is not JobState.EXECUTING or ctx is None or ctx.deadline > now:
                 continue
             if self._abandon(job):
-                self._on_timeout(job)
+                self._outcomes.fail(job, job.handler.timeout_message, permanent=False)
 
     def _abandon(self, job: InFlight) -> bool:
-        was = job.state
-        if not self._jobs.move(job, HOLDING_A_SLOT, JobState.ABANDONED):
+        was = self._jobs.abandon(job)
+        if was is None:
             return False
-        job.cancel.set()
         self._on_abandoned(job, was)
         return True
 
@@ -129,11 +135,10 @@ class Heartbeat:
             return False
         for job in held:
             if job.lease.id not in current and self._abandon(job):
-                self._on_lost(job)
+                self._outcomes.lease_lost(job)
         return True
 
-    def _shutdown(self, session: DbSession) -> None:
-        self._before_shutdown()  # the lease loop has ended: nothing new comes in
+    def _release_in_flight(self, session: DbSession) -> None:
         abandoned = [job for job in self._jobs.snapshot() if self._abandon(job)]
         if not abandoned:
             return
@@ -146,8 +151,22 @@ class Heartbeat:
                 "could not release %d in-flight job(s) on shutdown (%s); their leases will "
                 "expire and they will be reclaimed",
                 len(abandoned),
-                exc,
+                short_error(exc),
             )
             return
         for job in abandoned:
-            self._on_released(job, job.lease.id in released)
+            self._outcomes.released(job, job.lease.id in released)
+
+    def _maybe_reap(self, session: DbSession, now: float) -> None:
+        if not self._reap_retention_days or now - self._last_reap < REAP_EVERY_SECONDS:
+            return
+        self._last_reap = now
+        try:
+            reaped = session.run(lambda conn: reap_done(conn, self._reap_retention_days))
+        except (DatabaseUnavailable, SQLAlchemyError) as exc:
+            logger.warning("could not reap done jobs: %s", short_error(exc))
+            return
+        if reaped:
+            logger.info(
+                "deleted %d done job(s) older than %d days", reaped, self._reap_retention_days
+            )

@@ -7,20 +7,28 @@ The heartbeat may instead move a queued or executing job to `ABANDONED`
 lock, so exactly one of the pool thread and the heartbeat acts on a job:
 a result that arrives after its job was abandoned is never written.
 
+What a job is about (its label, breadcrumb and log fields) is worked out
+once, by `new_job`, when it is leased. After that only `InFlightJobs`
+writes to an `InFlight` (its state, and its context once it executes).
+
 A slot is held from the lease until the job is finishing or abandoned.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import threading
+import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.queue.jobs import Lease
-from app.worker.handler import JobContext, JobHandler
+from app.worker.handler import JobContext, JobHandler, handler_log_fields
+
+logger = logging.getLogger(__name__)
 
 
 class CancelEvent(threading.Event):
@@ -50,61 +58,150 @@ class JobState(enum.Enum):
 
 
 HOLDING_A_SLOT = frozenset({JobState.QUEUED, JobState.EXECUTING})
+_QUEUED = frozenset({JobState.QUEUED})
+_EXECUTING = frozenset({JobState.EXECUTING})
 
 
 @dataclass(eq=False, slots=True)
 class InFlight:
     """One leased job. `item` is what `load` returned; `load_error` says why it
-    could not be loaded; `nothing_to_do` when `load` returned `None`."""
+    could not be loaded; `nothing_to_do` when `load` returned `None`.
+
+    `label`, `breadcrumb` and `log_fields` are fixed by `new_job`; `state`,
+    `ctx` and `slot` are written by `InFlightJobs` only."""
 
     lease: Lease
     handler: JobHandler[Any, Any]
+    label: str
+    log_fields: Mapping[str, Any]
+    breadcrumb: Mapping[str, Any] | None = None
     item: Any = None
     load_error: str | None = None
     nothing_to_do: bool = False
-    state: JobState = JobState.QUEUED
     cancel: threading.Event = field(default_factory=CancelEvent)
+    state: JobState = JobState.QUEUED
     ctx: JobContext | None = None
-    breadcrumb: Mapping[str, Any] | None = None
+    """Set when its dispatch starts."""
     slot: int = -1
     """The pool thread (by index) executing it, while `EXECUTING`."""
-    fields: dict[str, Any] | None = None
-    """Its log fields, once known (see `outcomes.job_fields`)."""
+
+
+def new_job(
+    lease: Lease,
+    handler: JobHandler[Any, Any],
+    item: Any = None,
+    *,
+    load_error: str | None = None,
+) -> InFlight:
+    """A leased job, with its label, breadcrumb and log fields worked out once.
+
+    A handler whose `describe`/`breadcrumb`/`log_fields` raises still gets
+    its job run: it is labelled by id only and publishes no events."""
+    job_id = str(lease.id)
+    label = f"job {job_id}"
+    fields: dict[str, Any] = {
+        "job_id": job_id,
+        "kind": lease.payload.kind,
+        "attempt": lease.attempts,
+    }
+    breadcrumb: Mapping[str, Any] | None = None
+    if load_error is None and item is not None:
+        try:
+            label = f"{label} ({handler.describe(item)})"
+            breadcrumb = handler.breadcrumb(item)
+            fields.update(handler_log_fields(handler, item))
+        except Exception:
+            logger.exception("%s: no breadcrumb; events suppressed for this job", label)
+            breadcrumb = None
+    return InFlight(
+        lease,
+        handler,
+        label,
+        fields,
+        breadcrumb,
+        item,
+        load_error,
+        nothing_to_do=load_error is None and item is None,
+    )
 
 
 class InFlightJobs:
-    """The registry of a runner's in-flight jobs (thread-safe)."""
+    """The registry of a runner's in-flight jobs (thread-safe).
+
+    `on_slot_freed(callback)` subscribes to every slot given back (the lease
+    loop waits for them); `job_seconds` is a moving average of how long a
+    pool thread spends on one job (the adaptive prefetch reads it)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[uuid.UUID, InFlight] = {}
         self._holding = 0
+        self._slot_freed: Callable[[], None] = _nothing
+        self.job_seconds: float | None = None
+
+    def on_slot_freed(self, callback: Callable[[], None]) -> None:
+        self._slot_freed = callback
 
     def add(self, jobs: list[InFlight]) -> None:
         with self._lock:
             for job in jobs:
                 self._jobs[job.lease.id] = job
-                if job.state in HOLDING_A_SLOT:
-                    self._holding += 1
+            self._holding += len(jobs)
 
-    def move(self, job: InFlight, allowed: frozenset[JobState], to: JobState) -> bool:
-        """Move `job` to `to` if it is in one of `allowed`; `False` (and no change) otherwise."""
+    def start(self, job: InFlight, slot: int, job_timeout: float) -> JobContext | None:
+        """A pool thread takes `job`: its context (deadline from now), or `None`
+        when the job was given up before it started."""
+        now = time.monotonic()
+        ctx = JobContext(job.lease, now + job_timeout, job.cancel, now, job.label)
+        with self._lock:
+            if job.state is not JobState.QUEUED or self._jobs.get(job.lease.id) is not job:
+                return None
+            job.state, job.ctx, job.slot = JobState.EXECUTING, ctx, slot
+        return ctx
+
+    def finish(self, job: InFlight) -> bool:
+        """Its outcome is about to be written: `False` if the job was given up
+        meanwhile (then nothing may be written). Frees its slot."""
+        allowed = _EXECUTING if job.ctx is not None else _QUEUED
+        if not self._move(job, allowed, JobState.FINISHING):
+            return False
+        if job.ctx is not None:
+            seconds = time.monotonic() - job.ctx.started_at
+            average = self.job_seconds
+            self.job_seconds = seconds if average is None else 0.95 * average + 0.05 * seconds
+        return True
+
+    def abandon(self, job: InFlight) -> JobState | None:
+        """Give up a queued or executing job (sets its cancel event); the state it
+        was in, or `None` if it was no longer either."""
+        was = job.state
+        if not self._move(job, HOLDING_A_SLOT, JobState.ABANDONED):
+            return None
+        job.cancel.set()
+        return was
+
+    def _move(self, job: InFlight, allowed: frozenset[JobState], to: JobState) -> bool:
         with self._lock:
             if job.state not in allowed or self._jobs.get(job.lease.id) is not job:
                 return False
-            if job.state in HOLDING_A_SLOT and to not in HOLDING_A_SLOT:
-                self._holding -= 1
             job.state = to
             if to is JobState.ABANDONED:
                 del self._jobs[job.lease.id]
-            return True
+            self._holding -= 1  # every allowed move leaves HOLDING_A_SLOT
+        self._slot_freed()
+        return True
 
     def remove(self, job: InFlight) -> None:
+        """Its outcome was written (or will never be): it leaves the registry."""
+        freed = False
         with self._lock:
             if self._jobs.get(job.lease.id) is job:
                 del self._jobs[job.lease.id]
                 if job.state in HOLDING_A_SLOT:
                     self._holding -= 1
+                    freed = True
+        if freed:
+            self._slot_freed()
 
     def holding(self) -> int:
         """Jobs that hold a slot (queued or executing)."""
@@ -114,5 +211,16 @@ class InFlightJobs:
         with self._lock:
             return list(self._jobs.values())
 
+    def earliest_deadline(self) -> float:
+        return min(
+            (job.ctx.deadline for job in self.snapshot()
+             if job.state is JobState.EXECUTING and job.ctx is not None),
+            default=float("inf"),
+        )  # fmt: skip
+
     def __len__(self) -> int:
         return len(self._jobs)
+
+
+def _nothing() -> None:
+    return None

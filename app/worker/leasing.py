@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -22,11 +23,12 @@ from sqlalchemy.exc import DBAPIError
 from app.queue.jobs import Lease, lease_kinds
 from app.worker.dbsession import DatabaseUnavailable, DbSession, is_transient_db_error
 from app.worker.handler import JobHandler
-from app.worker.inflight import InFlight, InFlightJobs
+from app.worker.inflight import InFlight, InFlightJobs, new_job
 from app.worker.logcontext import job_log_context
 from app.worker.outage import DatabaseOutage
 from app.worker.outcomes import describe_error
 from app.worker.readiness import ReadinessGate
+from app.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
@@ -42,14 +44,18 @@ class _LoadsAborted(Exception):
     """A load broke the lease transaction; it was rolled back."""
 
 
-class LeaseLoop:
+class LeaseLoop(ThreadService):
+    """`dispatch(batch)` takes each leased batch (the pool); the loop asks the
+    readiness gate before each lease and subscribes to the slots `jobs` frees."""
+
+    role = "lease"
+
     def __init__(
         self,
         engine: Engine,
         handlers: Mapping[str, AnyHandler],
         jobs: InFlightJobs,
         outage: DatabaseOutage,
-        stopping: threading.Event,
         *,
         dispatch: Callable[[list[InFlight]], None],
         workers: int,
@@ -57,12 +63,13 @@ class LeaseLoop:
         lease_duration: timedelta,
         idle_poll: float,
         readiness: ReadinessGate | None,
+        name: str = "worker",
     ) -> None:
+        super().__init__(name)
         self._engine = engine
         self._handlers = handlers
         self._jobs = jobs
         self._outage = outage
-        self._stopping = stopping
         self._dispatch = dispatch
         self.workers = workers
         self.prefetch = prefetch
@@ -72,33 +79,33 @@ class LeaseLoop:
         self._wake = threading.Event()
         self._want_slot = False
         self._isolate_loads_until = 0.0
-        self._job_seconds: float | None = None  # moving average, per job on a pool thread
         self._round_seconds = 0.002  # moving average of a lease round trip
         self.rounds = 0
         """Lease statements run so far."""
+        jobs.on_slot_freed(self._slot_freed)
 
     def wake(self) -> None:
-        """Lease now (new jobs were committed, or the runner stops)."""
+        """Lease now (new jobs were committed)."""
         self._wake.set()
 
-    def slot_freed(self) -> None:
+    def _request_stop(self) -> None:
+        self._wake.set()
+
+    def _slot_freed(self) -> None:
         if self._want_slot:
             self._wake.set()
-
-    def job_took(self, seconds: float) -> None:
-        """A pool thread spent `seconds` on one job (feeds the adaptive prefetch)."""
-        average = self._job_seconds
-        self._job_seconds = seconds if average is None else 0.95 * average + 0.05 * seconds
 
     def slots(self) -> int:
         """How many jobs the runner holds at most: the pool, plus the prefetch."""
         if self.prefetch is not None:
             return self.workers + self.prefetch
-        if self._job_seconds is None:
+        job_seconds = self._jobs.job_seconds
+        if job_seconds is None:
             return self.workers  # nothing measured yet: no prefetch
-        # Jobs the pool finishes while one lease round trip is under way.
-        finished = self.workers * self._round_seconds / max(self._job_seconds, 1e-6)
-        return self.workers + min(PREFETCH_MAX, int(finished))
+        # Jobs the pool finishes while one lease round trip is under way,
+        # rounded up: a slot that frees then finds its next job waiting.
+        finished = self.workers * self._round_seconds / max(job_seconds, 1e-6)
+        return self.workers + min(PREFETCH_MAX, math.ceil(finished))
 
     def run(self) -> None:
         # Leases commit synchronously, like every other write. An asynchronous
@@ -106,11 +113,11 @@ class LeaseLoop:
         # in a server crash would roll the row back to its previous generation,
         # and the next lease would hand out the lost holder's generation again:
         # two holders that fencing could not tell apart.
-        session = DbSession(self._engine, self._outage, self._stopping)
+        session = DbSession(self._engine, self._outage, self.stopped)
         kinds = list(self._handlers)
         try:
-            while not self._stopping.is_set():
-                if self._readiness is not None and not self._readiness.wait_ready(self._stopping):
+            while not self.stopped.is_set():
+                if self._readiness is not None and not self._readiness.wait_ready(self.stopped):
                     return
                 self._wake.clear()
                 self._want_slot = True  # before counting: a slot freed from now on wakes us
@@ -138,6 +145,7 @@ class LeaseLoop:
                 if batch:
                     seconds = time.monotonic() - round_started
                     self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
+                    self._jobs.add(batch)
                     self._dispatch(batch)
                 if len(batch) < free:  # the queue is drained: sleep until woken
                     self._wake.wait(self.idle_poll)
@@ -178,9 +186,9 @@ class LeaseLoop:
             return self._load_failed(lease, handler, exc)
         except Exception as exc:
             return self._load_failed(lease, handler, exc)
-        return InFlight(lease, handler, item, nothing_to_do=item is None)
+        return new_job(lease, handler, item)
 
     def _load_failed(self, lease: Lease, handler: AnyHandler, exc: Exception) -> InFlight:
         with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
             logger.error("job %s could not be loaded", lease.id, exc_info=exc)
-        return InFlight(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
+        return new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")

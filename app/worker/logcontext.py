@@ -42,11 +42,6 @@ class job_log_context:
             self._token = None
 
 
-def current_job_fields() -> Mapping[str, Any]:
-    """The fields of the innermost `job_log_context`, or `{}` outside one."""
-    return _fields.get()
-
-
 class JobFieldsFilter(logging.Filter):
     """Copies the current job fields onto every record it sees (never drops one)."""
 

@@ -3,20 +3,22 @@ tests that need jobs of a kind to be taken and acked through the real runner."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy import Connection
 
 from app.queue.jobs import Lease
-from app.worker.handler import JobContext
+from app.worker.handler import JobContext, JobHandler
 
 
-class NoopHandler:
+class NoopHandler(JobHandler[Lease, None]):
     """Takes jobs of `kind` and acks them done (in batches: it writes nothing).
 
-    `calls` counts the `execute` calls. It runs through exactly the code path
-    of every other handler: lease, load, execute on a pool thread, ack.
+    `calls` counts the `execute` calls (exact across pool threads). It runs
+    through exactly the code path of every other handler: lease, load,
+    execute on a pool thread, ack.
     """
 
     writes_result = False
@@ -24,7 +26,12 @@ class NoopHandler:
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
-        self.calls = 0
+        self._lock = threading.Lock()
+        self._calls = 0
+
+    @property
+    def calls(self) -> int:
+        return self._calls
 
     def load(self, conn: Connection, lease: Lease) -> Lease:
         return lease
@@ -36,7 +43,8 @@ class NoopHandler:
         return None
 
     def execute(self, item: Lease, ctx: JobContext) -> None:
-        self.calls += 1  # not atomic across threads; a count for tests that run one at a time
+        with self._lock:
+            self._calls += 1
 
     def save(self, conn: Connection, item: Lease, result: None, ctx: JobContext) -> None:
         raise AssertionError("writes_result is False: save is never called")

@@ -23,10 +23,6 @@ class DatabaseOutage:
         self._lock = threading.Lock()
         self._down_since: float | None = None
 
-    @property
-    def down(self) -> bool:
-        return self._down_since is not None
-
     def failed(self, error: str, failures_in_a_row: int) -> float:
         exponent = min(max(failures_in_a_row, 1), 10)
         delay = min(self.max_delay, self.base_delay * 2.0**exponent)

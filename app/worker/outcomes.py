@@ -1,17 +1,19 @@
-"""How a job's run ends: the fenced writes, and what is said about them.
+"""How a job's run ends: the fenced writes of failures, and what is said about every end.
 
-Results that a handler writes, and failures, get one fenced transaction per
-job that first locks the row and checks the lease is current (`holds`), so
-a late or fenced-off result can never land. What is written in batches (acks
-of handlers that write nothing, releases on shutdown) is reported here job
-by job once the batch committed. Events and observer calls always follow
-the commit of the fact they report.
+A failure gets one fenced transaction: the fenced `ack_failed`/`ack_dead`
+goes first and the handler's `save_failure` runs only when it changed the
+row, so a late or fenced-off failure never lands. Completions are written in
+batches by the acker; releases on shutdown by the heartbeat: each is reported
+here job by job once its batch committed. Events and observer calls always
+follow the commit of the fact they report, and a job leaves the registry of
+in-flight jobs here, once its outcome is known.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
@@ -25,11 +27,10 @@ from tenacity import (
 )
 
 from app.errors import ServiceError
-from app.queue.jobs import ack_dead, ack_done, ack_failed, holds
+from app.queue.jobs import Lease, ack_dead, ack_failed, release
 from app.worker.dbsession import is_transient_db_error, short_error
 from app.worker.events import EventBus, JobEvent
-from app.worker.handler import JobContext, JobHandler
-from app.worker.inflight import InFlight
+from app.worker.inflight import InFlight, InFlightJobs
 from app.worker.logcontext import job_log_context
 from app.worker.observer import RunnerObserver
 from app.worker.outage import DatabaseOutage
@@ -37,7 +38,6 @@ from app.worker.outage import DatabaseOutage
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-AnyHandler = JobHandler[Any, Any]
 
 
 def is_permanent(exc: BaseException) -> bool:
@@ -52,117 +52,73 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__
 
 
-def job_fields(job: InFlight) -> dict[str, Any]:
-    """The log fields of a job: job_id, kind, attempt, and page_id when the breadcrumb has one.
-
-    Kept on the job once its breadcrumb is known (computed once, not per log block)."""
-    if job.fields is not None:
-        return job.fields
-    lease = job.lease
-    page_id = job.breadcrumb.get("page_id") if job.breadcrumb else None
-    return {
-        "job_id": str(lease.id),
-        "kind": lease.payload.kind,
-        "attempt": lease.attempts,
-        "page_id": None if page_id is None else str(page_id),
-    }
-
-
 class Outcomes:
+    """Writes failures, and reports every end of a job: log line, observer, event.
+
+    Thread-safe: pool threads, the acker and the heartbeat all call it."""
+
     def __init__(
         self,
         engine: Engine,
+        jobs: InFlightJobs,
         events: EventBus | None,
         observer: RunnerObserver | None,
         stopping: threading.Event,
         outage: DatabaseOutage,
     ) -> None:
         self._engine = engine
+        self._jobs = jobs
         self._outage = outage
         self._events = events
         self._observer = observer
         self._stopping = stopping
 
-    # --- per job, one fenced transaction -----------------------------------
+    # --- a failed attempt: one fenced transaction --------------------------
 
-    def complete(self, job: InFlight, ctx: JobContext, result: Any) -> None:
-        """Save the result and ack done, in one transaction, only while the lease is current."""
-        handler, item = job.handler, job.item
-
-        def write() -> bool:
-            with self._engine.begin() as conn:
-                if not holds(conn, ctx.lease):
-                    return False
-                handler.save(conn, item, result, ctx)
-                return ack_done(conn, ctx.lease)
-
+    def fail(self, job: InFlight, error: str, *, permanent: bool) -> None:
+        """Record a failed attempt: retry after backoff, or dead (with `save_failure`).
+        The job then leaves the registry."""
         try:
-            written = self._with_db_retry(write, ctx.label)
-        except Exception as exc:
-            if is_transient_db_error(exc):
-                logger.error(
-                    "%s: could not record the result (%s); the lease will expire and "
-                    "the job will run again",
-                    ctx.label,
-                    short_error(exc),
-                )
-                return
-            logger.exception("%s: saving the result failed", ctx.label)
-            self.fail(job, ctx, f"could not save result: {describe_error(exc)}", permanent=False)
-            return
-        self.report_done(job, ctx, written)
+            self._fail(job, error, permanent)
+        finally:
+            self._jobs.remove(job)
 
-    def report_done(self, job: InFlight, ctx: JobContext, written: bool) -> None:
-        """After the ack committed (alone or in a batch): log, observe, publish."""
-        if not written:
-            logger.warning("%s: lease no longer current; result discarded", ctx.label)
-            return
-        self.observe(job, ctx, "done")
-        if job.nothing_to_do:
-            return
-        duration_ms = ctx.elapsed_ms()
-        logger.info(
-            "%s completed in %d ms", ctx.label, duration_ms, extra={"duration_ms": duration_ms}
-        )
-        self.publish("completed", job, attempt=ctx.lease.attempts, duration_ms=duration_ms)
-
-    def fail(self, job: InFlight, ctx: JobContext, error: str, *, permanent: bool) -> None:
-        """Record a failed attempt: retry after backoff, or dead (with `save_failure`)."""
-        lease, handler, item = ctx.lease, job.handler, job.item
+    def _fail(self, job: InFlight, error: str, permanent: bool) -> None:
+        lease, handler, item, ctx = job.lease, job.handler, job.item, job.ctx
         terminal = permanent or lease.attempts >= lease.max_attempts
 
         def write() -> bool:
             with self._engine.begin() as conn:
-                if not holds(conn, lease):
-                    return False
-                if terminal and item is not None:
+                # The fenced UPDATE first: it locks the row, so the failure
+                # row is written only for a lease that is still current.
+                ack = ack_dead if permanent else ack_failed
+                acked = ack(conn, lease, error)
+                if acked and terminal and item is not None and ctx is not None:
                     handler.save_failure(conn, item, error, ctx)
-                if permanent:
-                    return ack_dead(conn, lease, error)
-                return ack_failed(conn, lease, error)
+                return acked
 
         try:
-            written = self._with_db_retry(write, ctx.label)
+            written = self.with_db_retry(write)
         except Exception as exc:
             logger.error(
                 "%s failed (%s) and the failure could not be recorded (%s); the lease "
                 "will expire and the job will run again",
-                ctx.label,
+                job.label,
                 error,
                 short_error(exc),
             )
             return
         if not written:
             logger.warning(
-                "%s failed (%s) after its lease was lost; nothing recorded", ctx.label, error
+                "%s failed (%s) after its lease was lost; nothing recorded", job.label, error
             )
             return
-        self.observe(job, ctx, "dead" if terminal else "failed")
+        self.observe(job, "dead" if terminal else "failed")
         if terminal:
             reason = "a permanent error" if permanent else "its last attempt"
             logger.error(
                 "%s failed on attempt %d/%d with %s; moved to dead: %s",
-                ctx.label,
+                job.label,
                 lease.attempts,
                 lease.max_attempts,
                 reason,
@@ -171,7 +127,7 @@ class Outcomes:
         else:
             logger.warning(
                 "%s failed on attempt %d/%d; will retry after backoff: %s",
-                ctx.label,
+                job.label,
                 lease.attempts,
                 lease.max_attempts,
                 error,
@@ -185,34 +141,92 @@ class Outcomes:
             error=error,
         )
 
-    # --- reported after a batch --------------------------------------------
+    # --- reported after a batch committed ----------------------------------
 
-    def report_released(self, job: InFlight, released: bool, label: str) -> None:
-        with job_log_context(**job_fields(job)):
+    def acked(self, job: InFlight, written: bool) -> None:
+        """Its ack (and result) committed in a batch, or was fenced off (`written` False)."""
+        try:
+            with job_log_context(**job.log_fields):
+                if not written:
+                    logger.warning("%s: lease no longer current; result discarded", job.label)
+                    return
+                self.observe(job, "done")
+                if job.nothing_to_do:
+                    return
+                duration_ms = job.ctx.elapsed_ms() if job.ctx is not None else 0
+                logger.info(
+                    "%s completed in %d ms",
+                    job.label,
+                    duration_ms,
+                    extra={"duration_ms": duration_ms},
+                )
+                self.publish(
+                    "completed", job, attempt=job.lease.attempts, duration_ms=duration_ms
+                )
+        except Exception:
+            logger.exception("could not report the ack of job %s", job.lease.id)
+        finally:
+            self._jobs.remove(job)
+
+    def released(self, job: InFlight, released: bool) -> None:
+        """Given back on shutdown (`released`), or found already gone."""
+        with job_log_context(**job.log_fields):
             if not released:
-                logger.warning("%s: lease already gone at shutdown; nothing released", label)
+                logger.warning(
+                    "%s: lease already gone at shutdown; nothing released", job.label
+                )
                 return
-            logger.info("%s released on shutdown (attempt refunded)", label)
-            if job.ctx is not None:
-                self.observe(job, job.ctx, "released")
-            else:
-                self.notify_observer("job_finished", job.lease.payload.kind, "released", 0.0)
+            logger.info("%s released on shutdown (attempt refunded)", job.label)
+            self.observe(job, "released")
             self.publish("cancelled", job, attempt=job.lease.attempts)
 
-    def report_lease_lost(self, job: InFlight, label: str) -> None:
-        with job_log_context(**job_fields(job)):
+    def give_back(self, job: InFlight) -> None:
+        """Release a job that was leased but never started (attempt refunded)."""
+
+        def write() -> bool:
+            with self._engine.begin() as conn:
+                return release(conn, job.lease)
+
+        try:
+            released = self.with_db_retry(write)
+        except Exception as exc:
+            logger.error(
+                "%s: could not give the job back (%s); its lease will expire",
+                job.label,
+                short_error(exc),
+            )
+            return
+        with job_log_context(**job.log_fields):
+            if released:
+                logger.info("%s given back unrun: the readiness gate closed", job.label)
+                self.observe(job, "released")
+                self.publish("cancelled", job, attempt=job.lease.attempts)
+
+    def lease_lost(self, job: InFlight) -> None:
+        with job_log_context(**job.log_fields):
             logger.warning(
                 "%s lost its lease (generation %d); its result will be discarded",
-                label,
+                job.label,
                 job.lease.lease_generation,
             )
             self.notify_observer("lease_lost", job.lease.payload.kind)
 
+    def crash_loop(self, lease: Lease, breadcrumb: Mapping[str, Any] | None, error: str) -> None:
+        """Dead-lettered at start-up after crashing its workers again and again."""
+        self.notify_observer("job_finished", lease.payload.kind, "dead", 0.0)
+        details = {
+            "attempt": lease.attempts,
+            "max_attempts": lease.max_attempts,
+            "will_retry": False,
+            "error": error,
+        }
+        self._publish("failed", lease.id, breadcrumb, details)
+
     # --- helpers -------------------------------------------------------------
 
-    def observe(self, job: InFlight, ctx: JobContext, outcome: str) -> None:
-        seconds = max(0.0, ctx.elapsed_ms() / 1000)
-        self.notify_observer("job_finished", job.lease.payload.kind, outcome, seconds)
+    def observe(self, job: InFlight, outcome: str) -> None:
+        seconds = job.ctx.elapsed_ms() / 1000 if job.ctx is not None else 0.0
+        self.notify_observer("job_finished", job.lease.payload.kind, outcome, max(0.0, seconds))
 
     def notify_observer(self, method: str, *args: Any) -> None:
         if self._observer is None:
@@ -223,13 +237,21 @@ class Outcomes:
             logger.exception("runner observer failed in %s", method)
 
     def publish(self, event_type: str, job: InFlight, **details: Any) -> None:
-        breadcrumb: Mapping[str, Any] | None = job.breadcrumb
+        self._publish(event_type, job.lease.id, job.breadcrumb, details)
+
+    def _publish(
+        self,
+        event_type: str,
+        job_id: uuid.UUID,
+        breadcrumb: Mapping[str, Any] | None,
+        details: dict[str, Any],
+    ) -> None:
         if self._events is None or breadcrumb is None:
             return
         try:
-            self._events.publish(JobEvent(event_type, job.lease.id, breadcrumb, details))
+            self._events.publish(JobEvent(event_type, job_id, breadcrumb, details))
         except Exception:
-            logger.exception("could not publish %s for job %s", event_type, job.lease.id)
+            logger.exception("could not publish %s for job %s", event_type, job_id)
 
     def _sleep(self, seconds: float) -> None:
         # Waits between database retries end early on shutdown.
@@ -239,7 +261,7 @@ class Outcomes:
         # Logged as the outage (once), not per retry of each job.
         self._outage.failed(short_error(state.outcome.exception()) if state.outcome else "?", 1)
 
-    def _with_db_retry(self, write: Callable[[], T], label: str) -> T:
+    def with_db_retry(self, write: Callable[[], T]) -> T:
         """Retry a short transaction through a dropped connection or a restart."""
         for attempt in Retrying(
             retry=retry_if_exception(is_transient_db_error),

@@ -24,6 +24,7 @@ from app.db import connect_kwargs
 from app.queue.jobs import WAKEUP_CHANNEL
 from app.worker.dbsession import short_error
 from app.worker.outage import DatabaseOutage
+from app.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
@@ -31,24 +32,30 @@ CHECK_STOP_SECONDS = 0.5
 """How long one wait for notifications lasts before the stop flag is checked."""
 
 
-class WakeupListener:
+class WakeupListener(ThreadService):
+    """`listen_url`: where to open the LISTEN connection (a session, never
+    through a transaction-mode pooler); by default what `engine` would use.
+    `on_wake()` is called for each notification naming one of `kinds`."""
+
+    role = "listener"
+
     def __init__(
         self,
         engine: Engine,
         kinds: Collection[str],
         on_wake: Callable[[], None],
-        stopping: threading.Event,
         outage: DatabaseOutage,
         *,
         channel: str = WAKEUP_CHANNEL,
         listen_url: str | None = None,
+        name: str = "worker",
     ) -> None:
+        super().__init__(name)
         # LISTEN needs a session: `listen_url` is a direct connection when the
         # engine goes through PgBouncer in transaction mode.
         self._connect_kwargs = connect_kwargs(listen_url or engine)
         self._kinds = frozenset(kinds)
         self._on_wake = on_wake
-        self._stopping = stopping
         self._outage = outage
         self._channel = channel
         self.connections = 0
@@ -58,7 +65,7 @@ class WakeupListener:
 
     def run(self) -> None:
         failures = 0
-        while not self._stopping.is_set():
+        while not self.stopped.is_set():
             established = False
             try:
                 with self._connect() as conn:
@@ -71,13 +78,13 @@ class WakeupListener:
                     return
             except psycopg.Error as exc:
                 self.listening.clear()
-                if self._stopping.is_set():
+                if self.stopped.is_set():
                     return
                 if established:
                     logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
                     continue
                 failures += 1
-                self._stopping.wait(self._outage.failed(short_error(exc), failures))
+                self.stopped.wait(self._outage.failed(short_error(exc), failures))
 
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(**{**self._connect_kwargs, "autocommit": True})
@@ -88,7 +95,7 @@ class WakeupListener:
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         kinds = self._kinds
-        while not self._stopping.is_set():
+        while not self.stopped.is_set():
             for notify in conn.notifies(timeout=CHECK_STOP_SECONDS):
                 payload = notify.payload
                 if not payload or not kinds.isdisjoint(payload.split(",")):

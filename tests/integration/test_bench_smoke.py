@@ -26,6 +26,7 @@ TOY_SIZES = {
     "BENCH_JOBS_PER_TXN": "50",
     "BENCH_DRAIN_JOBS": "60",
     "BENCH_THREADS": "1,4",
+    "BENCH_PROCESSES": "2",
     "BENCH_PICKUP_JOBS": "5",
     "BENCH_PAGES": "8",
     "BENCH_BACKLOG": "1000",
@@ -72,6 +73,8 @@ def _check_system(data: dict[str, Any], system: str) -> None:
         (drained,) = runs
         assert drained["jobs"] == 60 and not drained["capped"]
         assert _is_number(drained["jobs_per_s"]) and drained["rss_mb"] > 0
+        if system == "ours":
+            assert drained["ack_batches"] >= 1 and 1 <= drained["acks_per_batch"] <= 60
     (picked,) = data["pickup"][system]
     assert picked["jobs"] == 5 and picked["missed"] == 0
     assert 0 < picked["p50_ms"] <= picked["p95_ms"] <= picked["p99_ms"]
@@ -84,6 +87,8 @@ def test_bench_writes_every_section_with_numbers(database_url: str, tmp_path: Pa
 
     _check_system(data, "ours")
     assert set(data["throughput"]["ours"]) == {"1 thread", "4 threads"}
+    ((together,),) = data["processes"].values()
+    assert together["processes"] == 2 and together["jobs"] == 60 and not together["capped"]
     (pipeline,) = data["pipeline"]
     assert pipeline["pages"] == 8 and pipeline["not_done"] == 0
     assert pipeline["efficiency"] > 0 and pipeline["rss_mb"] > 0

@@ -125,12 +125,28 @@ def statements_like(engine: Engine, fragment: str) -> Iterator[list[str]]:
         event.remove(engine, "before_cursor_execute", record)
 
 
+class CountingHandler(NoopHandler):
+    """Counts each job's `execute` calls, under a lock (pool threads run in parallel)."""
+
+    def __init__(self) -> None:
+        super().__init__(KIND_SYNC_MANGA)
+        self.runs: Counter[uuid.UUID] = Counter()
+        self.runs_lock = threading.Lock()
+
+    def execute(self, item: Lease, ctx: JobContext) -> None:
+        super().execute(item, ctx)
+        with self.runs_lock:
+            self.runs[item.id] += 1
+
+
 def test_noop_jobs_are_acked_in_batches_exactly_once(engine):
     ids = fill(engine, 300)
-    handler = NoopHandler(KIND_SYNC_MANGA)
+    handler = CountingHandler()
     with running(engine, handler, workers=4, prefetch=20) as (runner, recorder):
         wait_until(lambda: recorder.outcomes()["done"] == 300, timeout=30)
         assert runner.acker.batches < 300  # acks shared statements
+    with handler.runs_lock:
+        assert handler.runs == Counter({job_id: 1 for job_id in ids})
     assert handler.calls == 300
     assert count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done'") == 300
     assert count(engine, "SELECT max(attempts) FROM crawler_jobs") == 1
@@ -427,3 +443,91 @@ def test_runner_connections_never_prepare_statements(engine):
     finally:
         session.close()
     assert prepared == 0
+
+
+class SavingHandler(HoldingHandler):
+    """Writes a result: `save` inserts the job's id into a scratch table in the
+    acker's transaction, and raises for the ids in `broken`."""
+
+    writes_result = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken: set[uuid.UUID] = set()
+
+    def save(self, conn: Any, item: Lease, result: None, ctx: JobContext) -> None:
+        conn.execute(text("INSERT INTO saved_results (job_id) VALUES (:id)"), {"id": item.id})
+        if item.id in self.broken:
+            raise RuntimeError("the result does not fit")
+
+
+def test_results_are_saved_with_their_acks_only_for_current_leases(engine):
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS saved_results (job_id uuid PRIMARY KEY)"))
+        conn.execute(text("TRUNCATE saved_results"))
+    ids = fill(engine, 4)
+    handler = SavingHandler()
+    handler.broken = {ids[3]}
+    thieves: dict[uuid.UUID, Lease] = {}
+
+    def steal_the_second(item: Lease) -> None:
+        if item.id == ids[1]:
+            thieves[item.id] = steal(engine, item.id)
+
+    handler.before_return = steal_the_second
+    try:
+        with running(engine, handler, workers=4, ack_linger=1.0) as (runner, recorder):
+            wait_until(lambda: len(handler.started) == 4)
+            handler.release.set()
+            wait_until(lambda: runner.in_flight == 0)
+        with engine.connect() as conn:
+            saved = {row[0] for row in conn.execute(text("SELECT job_id FROM saved_results"))}
+            rows = {job_id: job_row(conn, job_id) for job_id in ids}
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text("DROP TABLE saved_results"))
+    # The batch whose save failed was rolled back whole and written job by job:
+    # the good results landed, the stolen job's result was never saved, and
+    # the job whose save raised failed its attempt (pending again, no result).
+    assert saved == {ids[0], ids[2]}
+    assert rows[ids[0]].state == rows[ids[2]].state == "done"
+    assert rows[ids[1]].state == "running"
+    assert rows[ids[1]].lease_generation == thieves[ids[1]].lease_generation
+    assert rows[ids[3]].state == "pending" and "does not fit" in rows[ids[3]].last_error
+    assert recorder.outcomes() == Counter({"done": 2, "failed": 1})
+
+
+def test_jobs_leased_ahead_are_given_back_unrun_when_the_gate_closes(engine):
+    from app.worker.readiness import ReadinessGate
+
+    ids = fill(engine, 3)
+    ready = threading.Event()
+    ready.set()
+    gate = ReadinessGate(ready.is_set, url="test", poll_seconds=0.05, fresh_seconds=0.0)
+    handler = HoldingHandler()
+    with running(engine, handler, workers=1, prefetch=2, readiness=gate) as (runner, recorder):
+        wait_until(lambda: len(handler.started) == 1 and runner.in_flight == 3)
+        ready.clear()  # the model server went away while two jobs waited
+        handler.release.set()
+        # Given-up jobs leave the registry before their release is written.
+        wait_until(lambda: recorder.outcomes() == Counter({"done": 1, "released": 2}))
+        assert runner.in_flight == 0
+    (ran,) = handler.started
+    with engine.connect() as conn:
+        rows = {job_id: job_row(conn, job_id) for job_id in ids}
+    assert rows[ran].state == "done"
+    waited = [rows[job_id] for job_id in ids if job_id != ran]
+    assert [(row.state, row.attempts) for row in waited] == [("pending", 0), ("pending", 0)]
+
+
+def test_a_runner_stopped_before_it_starts_leases_nothing_and_joins(engine):
+    (job_id,) = fill(engine, 1)
+    handler = NoopHandler(KIND_SYNC_MANGA)
+    runner = Runner(engine, [handler], workers=2, idle_poll=0.05)
+    runner.stop()  # e.g. a model that failed to load before the host called start()
+    runner.start()
+    assert runner.join(5)
+    assert runner.lease_rounds == 0 and handler.calls == 0
+    with engine.connect() as conn:
+        row = job_row(conn, job_id)
+    assert (row.state, row.attempts) == ("pending", 0)

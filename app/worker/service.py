@@ -1,0 +1,94 @@
+"""The runner's background pieces share one interface: start, stop, join.
+
+`Runner.start()` starts its services in order, and shutdown stops and joins
+them in the reverse order (see `Runner`). A `ThreadService` runs its `run()`
+on one named daemon thread; if `run()` dies of an unexpected error it is
+logged and run again (after a short pause), so a bug in one beat or one
+lease round does not take the worker down.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Protocol
+
+logger = logging.getLogger(__name__)
+
+RESTART_DELAY_SECONDS = 0.05
+"""Pause before a service whose thread died unexpectedly runs again."""
+
+
+class Service(Protocol):
+    def start(self) -> None:
+        """Start the background work; returns at once."""
+        ...
+
+    def stop(self) -> None:
+        """Ask the work to end; returns at once (idempotent)."""
+        ...
+
+    def join(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for it to end; `True` once it has
+        (or when it was never started)."""
+        ...
+
+
+class ThreadService:
+    """A service on one thread, named `{name}-{role}`. Subclasses define `run()`
+    (which returns once `stopped` is set) and may extend `_request_stop()` to
+    wake it. `restart_when_stopping`: a thread that dies after `stop()` still
+    runs again (for services whose run ends with shutdown work)."""
+
+    role = "service"
+    restart_when_stopping = False
+
+    def __init__(self, name: str) -> None:
+        self.stopped = threading.Event()
+        self.deaths = 0
+        """Times `run()` died of an unexpected error."""
+        self._thread: threading.Thread | None = None
+        self._thread_name = f"{name}-{self.role}"
+
+    def run(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._guarded, name=self._thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        """Wake `run()` so it sees `stopped` (the default: nothing to wake)."""
+
+    def join(self, timeout: float) -> bool:
+        thread = self._thread
+        if thread is None:
+            return True
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, timeout))
+        return not thread.is_alive()
+
+    def _guarded(self) -> None:
+        while True:
+            try:
+                self.run()
+                return
+            except BaseException:
+                self.deaths += 1
+                logger.critical(
+                    "%s thread %s died unexpectedly; starting a new one",
+                    self.role,
+                    self._thread_name,
+                    exc_info=True,
+                )
+                if self.stopped.is_set() and not self.restart_when_stopping:
+                    return
+                self.stopped.wait(RESTART_DELAY_SECONDS)
