@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import re
 import socket
 import ssl
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,13 @@ from typing import Any, Final
 import requests
 import urllib3.exceptions
 
-from app.errors import VisionError, VisionProtocolError, VisionRejected, VisionUnavailable
+from app.errors import (
+    VisionError,
+    VisionProtocolError,
+    VisionRejected,
+    VisionUnavailable,
+    without_reprs,
+)
 
 ERROR_BODY_CHARS: Final = 300
 """How much of a server's error message (or odd answer) goes into an exception."""
@@ -172,12 +177,6 @@ _CUT_OFF = (
 )
 _BAD_URL = (requests.exceptions.InvalidURL, urllib3.exceptions.LocationParseError)
 _DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
-_OBJECT_REPR = re.compile(r"<([\w.]+) object at 0x[0-9a-fA-F]+>")
-
-
-def without_reprs(message: str) -> str:
-    """`message` with Python object reprs (`<_io.BytesIO object at 0x7f…>`) taken out."""
-    return " ".join(_OBJECT_REPR.sub("", message).split())
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:

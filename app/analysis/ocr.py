@@ -52,7 +52,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from app.analysis.analyzer import READY, Readiness, VisionResult
 from app.analysis.answer import Analysis
-from app.analysis.images import PreparedImage
+from app.analysis.images import PreparedImage, undecodable
 from app.analysis.layout import Block
 from app.analysis.ocr_pipeline import read_lines
 from app.analysis.reading import read_page
@@ -328,7 +328,7 @@ def _decode(image: PreparedImage) -> Image.Image:
                 return page
             return opened.convert("RGB")
     except Exception as exc:
-        raise ImageError(f"cannot decode page image for OCR: {type(exc).__name__}: {exc}") from exc
+        raise ImageError(f"cannot decode page image for OCR: {undecodable(exc)}") from exc
 
 
 def _warm_up_image() -> Image.Image:
