@@ -116,8 +116,8 @@ class VisionClient:
         self.base_url = base_url.rstrip("/")
         self.chat_url = f"{self.base_url}/v1/chat/completions"
         self.health_url = health_url or f"{self.base_url}/health"
-        self.name = self.health_url
-        """What log lines call this analyzer: the URL the readiness probe asks."""
+        self.name = f"vision server at {self.health_url}"
+        """What log lines call this analyzer: the server, by the URL its readiness probe asks."""
         self.model = model
         self.max_tokens = max_tokens
         self.connect_timeout = connect_timeout

@@ -125,6 +125,16 @@ def error_message(response: requests.Response) -> str:
     return message
 
 
+# Exception types (requests, urllib3, http.client) by what they mean for the reader.
+_CUT_OFF = (
+    http.client.IncompleteRead,
+    urllib3.exceptions.IncompleteRead,
+    requests.exceptions.ChunkedEncodingError,
+)
+_BAD_URL = (requests.exceptions.InvalidURL, urllib3.exceptions.LocationParseError)
+_DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+
+
 def transport_reason(exc: BaseException) -> str:
     """What went wrong on the wire, in words, from a `requests` exception.
 
@@ -149,9 +159,7 @@ def transport_reason(exc: BaseException) -> str:
             return "the answer was cut off: the server closed the connection mid-answer"
         if isinstance(cause, ssl.SSLError):
             return f"TLS failed ({cause.reason or cause.strerror or 'handshake error'})"
-        if isinstance(
-            cause, requests.exceptions.InvalidURL | urllib3.exceptions.LocationParseError
-        ):
+        if isinstance(cause, _BAD_URL):
             return "the URL is not valid"
     for cause in causes:
         if isinstance(cause, OSError) and cause.strerror:
@@ -162,21 +170,9 @@ def transport_reason(exc: BaseException) -> str:
 def is_dropped_connection(exc: BaseException) -> bool:
     """True when a request failed because an open connection died before the answer
     came: a kept-alive connection the server had just closed, or a server that crashed."""
-    return any(
-        isinstance(cause, http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError)
-        for cause in _causes(exc)
-    ) and not any(
-        isinstance(cause, urllib3.exceptions.NewConnectionError) for cause in _causes(exc)
-    )
-
-
-_CUT_OFF = (
-    http.client.IncompleteRead,
-    urllib3.exceptions.IncompleteRead,
-    requests.exceptions.ChunkedEncodingError,
-)
-_BAD_URL = (requests.exceptions.InvalidURL, urllib3.exceptions.LocationParseError)
-_DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError)
+    causes = list(_causes(exc))
+    connecting = any(isinstance(cause, urllib3.exceptions.NewConnectionError) for cause in causes)
+    return not connecting and any(isinstance(cause, _DROPPED) for cause in causes)
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
