@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.analysis.analyzer import Analyzer, VisionResult
-from app.analysis.images import DEFAULT_MAX_SIDE_PX, prepare_image
+from app.analysis.images import prepare_image
+from app.config import DEFAULT_MAX_SIDE_PX
 from app.queue.jobs import Lease
 from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from app.repos.page_analysis import get_status, save_done, save_failed

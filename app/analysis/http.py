@@ -33,7 +33,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import requests
 
@@ -49,6 +49,12 @@ from app.analysis.http_wire import (
     transport_reason,
 )
 from app.analysis.images import PreparedImage, data_url
+from app.config import (
+    DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_VISION_MAX_TOKENS,
+    DEFAULT_VISION_READ_TIMEOUT_SECONDS,
+    Settings,
+)
 from app.errors import (
     DispatchTimeout,
     ServiceError,
@@ -57,9 +63,6 @@ from app.errors import (
     VisionProtocolError,
     VisionUnavailable,
 )
-
-if TYPE_CHECKING:
-    from app.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -97,9 +100,9 @@ class VisionClient:
         model: str,
         api_key: str | None = None,
         health_url: str | None = None,
-        max_tokens: int = 2048,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 300.0,
+        max_tokens: int = DEFAULT_VISION_MAX_TOKENS,
+        connect_timeout: float = DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
+        read_timeout: float = DEFAULT_VISION_READ_TIMEOUT_SECONDS,
         session_factory: Callable[[], requests.Session] = requests.Session,
         max_attempts: int = 5,
         retry_initial_seconds: float = 0.5,

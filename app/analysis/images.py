@@ -19,10 +19,9 @@ from typing import Final
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from app.config import DEFAULT_MAX_SIDE_PX
 from app.errors import ImageError, without_reprs
 
-DEFAULT_MAX_SIDE_PX: Final = 1600
-"""Long side of the image sent to the model; larger pages are scaled down."""
 DEFAULT_MAX_PIXELS: Final = 100_000_000
 """Header-declared pixel count above which a page is refused as a decompression bomb."""
 JPEG_QUALITY: Final = 90
