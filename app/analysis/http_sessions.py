@@ -18,14 +18,17 @@ import requests
 class ThreadSessions:
     """Hands each thread its own session, made by `factory`, and closes them all on `close`.
 
-    A thread that asks again after `close` gets a new session, closed by the next `close`.
+    The session of a thread that has ended is closed when the next session is
+    made (a runner replaces a stuck worker thread: its connection must not stay
+    open for good). A thread that asks again after `close` gets a new session,
+    closed by the next `close`.
     """
 
     def __init__(self, factory: Callable[[], requests.Session] = requests.Session) -> None:
         self._factory = factory
         self._local = threading.local()
         self._lock = threading.Lock()
-        self._open: list[requests.Session] = []
+        self._open: dict[threading.Thread, requests.Session] = {}
         self._generation = 0
 
     def get(self) -> requests.Session:
@@ -35,14 +38,19 @@ class ThreadSessions:
             return held[1]
         session = self._factory()
         with self._lock:
-            self._open.append(session)
+            ended = [thread for thread in self._open if not thread.is_alive()]
+            orphans = [self._open.pop(thread) for thread in ended]
+            self._open[threading.current_thread()] = session
             self._local.held = (self._generation, session)
+        for orphan in orphans:
+            orphan.close()
         return session
 
     def close(self) -> None:
         """Close every session handed out so far (their pooled connections with them)."""
         with self._lock:
-            sessions, self._open = self._open, []
+            sessions = list(self._open.values())
+            self._open.clear()
             self._generation += 1
         for session in sessions:
             session.close()

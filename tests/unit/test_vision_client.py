@@ -475,4 +475,10 @@ def test_each_thread_gets_its_own_session_and_close_closes_them_all(
         other.join(10)
         assert len(made) == 2  # one per thread, reused by the thread's second probe
         assert not any(session.closed for session in made)
+        # The next new session closes that of the thread that has ended.
+        third = threading.Thread(target=client.readiness)
+        third.start()
+        third.join(10)
+        assert len(made) == 3
+        assert [session.closed for session in made] == [False, True, False]
     assert all(session.closed for session in made)
