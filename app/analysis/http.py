@@ -304,7 +304,11 @@ class VisionClient:
             raise VisionUnavailable(
                 f"no answer within the {read_timeout:g} s read timeout"
             ) from exc
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
+        except requests.exceptions.ChunkedEncodingError as exc:
+            raise VisionUnavailable(
+                f"lost the connection to {self.chat_url}: {transport_reason(exc)}"
+            ) from exc
+        except requests.ConnectionError as exc:
             if is_dropped_connection(exc):
                 raise ConnectionDropped(
                     f"lost the connection to {self.chat_url}: {transport_reason(exc)}"

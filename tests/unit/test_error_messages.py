@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,8 @@ import requests
 
 from app.analysis.http import VisionClient
 from app.analysis.http_wire import is_dropped_connection, transport_reason
-from app.errors import without_reprs
+from app.analysis.images import PreparedImage
+from app.errors import VisionUnavailable, without_reprs
 from app.worker.outcomes import describe_error
 from tests.vision_server import ScriptedVisionServer
 
@@ -33,9 +35,8 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-@pytest.fixture
-def hang_up_server() -> Iterator[str]:
-    """A TCP server that reads a request and closes the connection without answering."""
+def raw_server(answer: bytes) -> Iterator[str]:
+    """A TCP server that reads a request, sends `answer` and closes the connection."""
     listener = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -47,7 +48,8 @@ def hang_up_server() -> Iterator[str]:
             except TimeoutError:
                 continue
             with connection:
-                connection.recv(65536)
+                connection.recv(1 << 20)
+                connection.sendall(answer)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
@@ -57,6 +59,16 @@ def hang_up_server() -> Iterator[str]:
         stop.set()
         thread.join(5)
         listener.close()
+
+
+@pytest.fixture
+def hang_up_server() -> Iterator[str]:
+    yield from raw_server(b"")
+
+
+@pytest.fixture
+def cut_off_server() -> Iterator[str]:
+    yield from raw_server(b'HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{"choices": [')
 
 
 def failure_of(url: str) -> requests.RequestException:
@@ -90,3 +102,17 @@ def test_readiness_says_why_not(vision_server: ScriptedVisionServer) -> None:
         vision_server.stop()
         refused = client.readiness()
     assert (refused.ready, refused.reason, refused.starting) == (False, "connection refused", False)
+
+
+def test_an_answer_cut_off_mid_body_is_named_plainly_and_retried(cut_off_server: str) -> None:
+    page = PreparedImage("image/png", b"png", 1, 1, reencoded=False)
+    client = VisionClient(base_url=cut_off_server, model="m", max_attempts=2)
+    with client, pytest.raises(VisionUnavailable) as caught:
+        client.analyze(page, deadline=time.monotonic() + 10)
+    message = str(caught.value)
+    assert "failed after 2 attempt(s), retries exhausted" in message
+    assert (
+        f"lost the connection to {cut_off_server}/v1/chat/completions: "
+        "the answer was cut off: the server closed the connection mid-answer"
+    ) in message
+    assert "IncompleteRead" not in message
