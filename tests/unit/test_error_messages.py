@@ -35,6 +35,21 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def read_request(connection: socket.socket) -> None:
+    """Read one whole request: closing with unread bytes would reset the connection."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        received += connection.recv(65536)
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += connection.recv(65536)
+
+
 def raw_server(answer: bytes) -> Iterator[str]:
     """A TCP server that reads a request, sends `answer` and closes the connection."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -48,7 +63,7 @@ def raw_server(answer: bytes) -> Iterator[str]:
             except TimeoutError:
                 continue
             with connection:
-                connection.recv(1 << 20)
+                read_request(connection)
                 connection.sendall(answer)
 
     thread = threading.Thread(target=serve, daemon=True)
