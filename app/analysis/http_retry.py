@@ -77,6 +77,7 @@ class RetryingCall(Generic[T]):
         self._deadline = deadline
         self._cancel = cancel
         self._label = label
+        self._last_failure: BaseException | None = None
         self._exponential = wait_exponential(
             multiplier=policy.initial_seconds, max=policy.max_seconds
         )
@@ -90,10 +91,18 @@ class RetryingCall(Generic[T]):
             before_sleep=self._log_retry,
             retry_error_callback=self._give_up,
         )
-        result: T = retrying(self._counted)
+        try:
+            result: T = retrying(self._counted)
+        except _SleptPastDeadline as overrun:
+            cause = overrun.last_failure
+            raise self._unavailable(cause, "no time left before the deadline") from cause
         return result
 
     def _counted(self) -> T:
+        if self._last_failure is not None and time.monotonic() >= self._deadline:
+            # A backoff sleep that was to end in time overran it (a busy machine):
+            # give up as the stop check would have, naming the last real failure.
+            raise _SleptPastDeadline(self._last_failure)
         self.attempts += 1
         return self._attempt()
 
@@ -123,6 +132,7 @@ class RetryingCall(Generic[T]):
             time.sleep(seconds)
 
     def _log_retry(self, state: RetryCallState) -> None:
+        self._last_failure = _failure(state)
         # A dropped kept-alive connection retried at once is routine, not a warning.
         level = logging.INFO if state.upcoming_sleep == 0 else logging.WARNING
         log.log(
@@ -131,7 +141,7 @@ class RetryingCall(Generic[T]):
             self._label,
             state.attempt_number,
             self._policy.max_attempts,
-            _failure(state),
+            self._last_failure,
             state.upcoming_sleep,
         )
 
@@ -139,19 +149,30 @@ class RetryingCall(Generic[T]):
         cause = _failure(state)
         if self._cancelled():
             raise VisionCancelled(
-                f"analysis{self._label} cancelled after {state.attempt_number} attempt(s)"
+                f"analysis{self._label} cancelled after {self.attempts} attempt(s)"
             ) from cause
-        status = cause.status_code if isinstance(cause, VisionUnavailable) else None
         why = (
             "retries exhausted"
             if state.attempt_number >= self._policy.max_attempts
             else "no time left before the deadline"
         )
-        raise VisionUnavailable(
-            f"vision request{self._label} failed after {state.attempt_number} attempt(s), "
+        raise self._unavailable(cause, why) from cause
+
+    def _unavailable(self, cause: BaseException | None, why: str) -> VisionUnavailable:
+        status = cause.status_code if isinstance(cause, VisionUnavailable) else None
+        return VisionUnavailable(
+            f"vision request{self._label} failed after {self.attempts} attempt(s), "
             f"{why}; last error: {cause}",
             status_code=status,
-        ) from cause
+        )
+
+
+class _SleptPastDeadline(Exception):
+    """Raised instead of an attempt whose backoff sleep ended past the deadline."""
+
+    def __init__(self, last_failure: BaseException) -> None:
+        super().__init__("slept past the deadline")
+        self.last_failure = last_failure
 
 
 def _failure(state: RetryCallState) -> BaseException | None:

@@ -1,14 +1,17 @@
-"""The analyzers' shared result: what it stores, and the retry policy's guard."""
+"""The analyzers' shared result: what it stores; the retry policy's edges."""
 
 from __future__ import annotations
 
 import dataclasses
+import threading
+import time
 
 import pytest
 
 from app.analysis.analyzer import VisionResult
 from app.analysis.answer import Analysis
-from app.analysis.http_retry import RetryPolicy
+from app.analysis.http_retry import RetryingCall, RetryPolicy
+from app.errors import VisionUnavailable
 from app.repos.page_analysis import AnalysisRecord
 
 
@@ -39,3 +42,31 @@ def test_nothing_judged_stays_nothing_judged() -> None:
 def test_a_policy_needs_one_attempt_at_least() -> None:
     with pytest.raises(ValueError, match="max_attempts must be >= 1"):
         RetryPolicy(max_attempts=0)
+
+
+class OversleepingEvent(threading.Event):
+    """A cancel event whose timed waits overrun by far, as on a machine that is busy."""
+
+    def wait(self, timeout: float | None = None) -> bool:
+        time.sleep((timeout or 0.0) + 1.5)
+        return False
+
+
+def test_a_backoff_that_overruns_the_deadline_gives_up_naming_the_last_failure() -> None:
+    def attempt() -> None:
+        raise VisionUnavailable("vision server answered 503: Loading model", status_code=503)
+
+    call = RetryingCall(
+        attempt,
+        RetryPolicy(max_attempts=10, initial_seconds=0.01, max_seconds=0.01, jitter=0.0),
+        deadline=time.monotonic() + 1.0,
+        cancel=OversleepingEvent(),
+        label=" for job 7",
+    )
+    with pytest.raises(VisionUnavailable) as caught:
+        call.run()
+    assert str(caught.value) == (
+        "vision request for job 7 failed after 1 attempt(s), no time left before the "
+        "deadline; last error: vision server answered 503: Loading model"
+    )
+    assert caught.value.status_code == 503 and call.attempts == 1
