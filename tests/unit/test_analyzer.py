@@ -25,6 +25,7 @@ def test_a_result_becomes_the_record_save_done_stores() -> None:
         description="It rains.",
         nsfw_rating="suggestive",
         nsfw_score=0.4,
+        ocr_blocks=None,
     )
     # Every stored field comes from the result: none is left at a default.
     assert {field.name for field in dataclasses.fields(AnalysisRecord)} <= {
@@ -33,10 +34,12 @@ def test_a_result_becomes_the_record_save_done_stores() -> None:
     }
 
 
-def test_nothing_judged_stays_nothing_judged() -> None:
-    analysis = Analysis("text", (), "", None, None)
+def test_nothing_judged_stays_nothing_judged_and_blocks_go_through() -> None:
+    blocks = [{"text": "text", "box": [1, 2, 3, 4], "vertical": False, "score": 0.9}]
+    analysis = Analysis("text", (), "", None, None, ocr_blocks=blocks)
     record = VisionResult(analysis, model="ocr").record()
     assert (record.nsfw_rating, record.nsfw_score, record.tags) == (None, None, ())
+    assert record.ocr_blocks == blocks
 
 
 def test_a_policy_needs_one_attempt_at_least() -> None:
