@@ -22,6 +22,7 @@ def test_without_reprs_takes_object_reprs_out() -> None:
     message = "cannot identify image file <_io.BytesIO object at 0x7f3a2b1c0d90>"
     assert without_reprs(message) == "cannot identify image file"
     assert without_reprs("plain <b>words</b> stay") == "plain <b>words</b> stay"
+    assert without_reprs("a <x.Y object at 0xABC> b\nline two") == "a b\nline two"
 
 
 def test_a_library_error_reaching_the_runner_loses_its_repr() -> None:
