@@ -22,7 +22,6 @@ from app.analysis.analyzer import Analyzer
 from app.analysis.events import analysis_event_bus
 from app.analysis.handler import PageAnalysisHandler
 from app.analysis.http import VisionClient, VisionObserver
-from app.analysis.ocr import OcrAnalyzer
 from app.config import Settings
 from app.db import listen_database_url, make_engine
 from app.errors import ServiceError
@@ -61,6 +60,10 @@ def analysis_runner(
             owned.callback(engine.dispose)
         if vision is None:
             if settings.backend == "ocr":
+                # Imported only for the `ocr` backend: it brings numpy and the
+                # OCR stack, which an `http` worker never needs.
+                from app.analysis.ocr import OcrAnalyzer
+
                 vision = OcrAnalyzer()
             else:
                 vision = VisionClient.from_settings(settings, observer=vision_observer)
