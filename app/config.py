@@ -14,6 +14,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_VISION_URL = "http://127.0.0.1:8080"
 """llama-server's default address: what to suggest as `VISION_URL` (it is not a default)."""
+DEFAULT_VISION_MAX_TOKENS = 4096
+"""`max_tokens` of one answer: a text-heavy page needs room."""
+DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS = 5.0
+"""Connect timeout of one request to the model server."""
+DEFAULT_VISION_READ_TIMEOUT_SECONDS = 300.0
+"""Read timeout of one request: how long the model may think (cut to the job's deadline)."""
+DEFAULT_MAX_SIDE_PX = 1600
+"""Long side of the image sent to the model; larger pages are scaled down."""
 
 VisionBackend = Literal["http", "ocr"]
 """`http`: an OpenAI-compatible model server; `ocr`: in-process OCR (`app.analysis.ocr`)."""
@@ -54,11 +62,15 @@ class Settings(BaseSettings):
     vision_model: str = Field(default="default", description="Model name sent in requests.")
     vision_api_key: str | None = Field(default=None, description="Bearer token, if any.")
     vision_max_tokens: int = Field(
-        default=4096, ge=64, description="max_tokens per answer; text-heavy pages need room."
+        default=DEFAULT_VISION_MAX_TOKENS, ge=64, description="max_tokens per answer."
     )
-    vision_connect_timeout_seconds: float = Field(default=5.0, gt=0)
-    vision_read_timeout_seconds: float = Field(default=300.0, gt=0)
-    vision_max_side_px: int = Field(default=1600, ge=64, description="Long side cap for images.")
+    vision_connect_timeout_seconds: float = Field(
+        default=DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS, gt=0
+    )
+    vision_read_timeout_seconds: float = Field(default=DEFAULT_VISION_READ_TIMEOUT_SECONDS, gt=0)
+    vision_max_side_px: int = Field(
+        default=DEFAULT_MAX_SIDE_PX, ge=64, description="Long side cap for images."
+    )
 
     storage_root: Path = Field(default=DEFAULT_DEV_DIR / "storage")
     analysis_workers: int = Field(default=2, ge=1, le=64)

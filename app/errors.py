@@ -1,5 +1,15 @@
 """One exception base class for the service; adapters translate driver errors into these."""
 
+import re
+
+_OBJECT_REPR = re.compile(r" ?<[\w.]+ object at 0x[0-9a-fA-F]+>")
+
+
+def without_reprs(message: str) -> str:
+    """`message` with Python object reprs (`<_io.BytesIO object at 0x7f…>`) taken out:
+    messages end up in `last_error`, events and the admin page, read by people."""
+    return _OBJECT_REPR.sub("", message).strip()
+
 
 class ServiceError(Exception):
     """Base class of every error this package raises on purpose.

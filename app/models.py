@@ -37,6 +37,7 @@ NAMING_CONVENTION = {
 JOB_STATES = ("pending", "running", "done", "failed", "dead")
 ANALYSIS_STATUSES = ("done", "failed")
 NSFW_RATINGS = ("safe", "suggestive", "explicit")
+"""`nsfw_rating` values, mildest first: the check constraint and the model's answer schema."""
 
 # The jobs that hold a dedup slot: at most one per chapter / page while in flight.
 INFLIGHT = "state IN ('pending', 'running')"

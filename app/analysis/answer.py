@@ -21,18 +21,19 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from app.errors import VisionError
+from app.models import NSFW_RATINGS
 
-OCR_TEXT_MAX_CHARS: Final = 1900
-"""Bound on `ocr_text`. Kept under 2000 because llama.cpp's grammar parser refuses (or,
-in newer builds, silently drops) repetition bounds of 2000 and more."""
+ANSWER_TEXT_MAX_CHARS: Final = 1900
+"""Bound on `ocr_text` in the model's answer (the schema's `maxLength`). Kept under 2000
+because llama.cpp's grammar parser refuses (or, in newer builds, silently drops)
+repetition bounds of 2000 and more. Not a bound on stored text: the in-process
+`ocr` analyzer has its own (`app.analysis.ocr.OCR_TEXT_MAX_CHARS`)."""
 DESCRIPTION_MAX_CHARS: Final = 600
 """Bound on `description`: one or two sentences with room to spare."""
 TAG_MAX_CHARS: Final = 40
 """Bound on one tag."""
 TAGS_MAX_ITEMS: Final = 24
 """Bound on the number of tags."""
-NSFW_RATINGS: Final = ("safe", "suggestive", "explicit")
-"""Allowed `nsfw.rating` values, mildest first."""
 
 ANSWER_EXCERPT_CHARS: Final = 200
 """How much of a bad answer an error message quotes."""
@@ -40,7 +41,7 @@ ANSWER_EXCERPT_CHARS: Final = 200
 ANALYSIS_SCHEMA: Final[dict[str, Any]] = {
     "type": "object",
     "properties": {
-        "ocr_text": {"type": "string", "maxLength": OCR_TEXT_MAX_CHARS},
+        "ocr_text": {"type": "string", "maxLength": ANSWER_TEXT_MAX_CHARS},
         "tags": {
             "type": "array",
             "items": {"type": "string", "minLength": 1, "maxLength": TAG_MAX_CHARS},
@@ -121,7 +122,7 @@ def parse_analysis(content: str | None) -> Analysis:
     if not isinstance(answer, dict):
         raise _invalid(f"is a JSON {type(answer).__name__}, not an object", content)
 
-    ocr_text = _bounded_string(answer, "ocr_text", OCR_TEXT_MAX_CHARS, content)
+    ocr_text = _bounded_string(answer, "ocr_text", ANSWER_TEXT_MAX_CHARS, content)
     description = _bounded_string(answer, "description", DESCRIPTION_MAX_CHARS, content)
     tags = _tags(answer, content)
     rating, score = _nsfw(answer, content)

@@ -5,12 +5,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import Connection
 
-from app.analysis.http import VisionResult
-from app.analysis.images import PreparedImage, prepare_image
+from app.analysis.analyzer import Analyzer, VisionResult
+from app.analysis.images import prepare_image
+from app.config import DEFAULT_MAX_SIDE_PX
 from app.queue.jobs import Lease
 from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from app.repos.page_analysis import get_status, save_done, save_failed
@@ -19,16 +20,6 @@ from app.storage import Storage
 from app.worker.handler import JobContext
 
 logger = logging.getLogger(__name__)
-
-
-class VisionModel(Protocol):
-    """What the handler needs of a vision client (`VisionClient` is one)."""
-
-    model: str
-
-    def analyze(
-        self, image: PreparedImage, *, deadline: float, cancel: Any = None, job_label: str = ""
-    ) -> VisionResult: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +40,9 @@ class PageAnalysisHandler:
         self,
         *,
         storage: Storage,
-        vision: VisionModel,
+        vision: Analyzer,
         max_image_bytes: int,
-        max_side_px: int = 1600,
+        max_side_px: int = DEFAULT_MAX_SIDE_PX,
     ) -> None:
         self._storage = storage
         self._vision = vision
@@ -114,13 +105,7 @@ class PageAnalysisHandler:
         )
 
     def save(self, conn: Connection, item: PageJob, result: VisionResult, ctx: JobContext) -> None:
-        save_done(
-            conn,
-            item.page.page_id,
-            result.analysis,
-            model=result.model,
-            duration_ms=ctx.elapsed_ms(),
-        )
+        save_done(conn, item.page.page_id, result.record(), duration_ms=ctx.elapsed_ms())
 
     def save_failure(self, conn: Connection, item: PageJob, error: str, ctx: JobContext) -> None:
         save_failed(

@@ -16,57 +16,53 @@ Errors (all from `app.errors`):
 - `VisionError`: anything else, e.g. an answer that is cut off, not JSON, or
   not the promised shape. These are not retried here: at temperature 0 the
   same image gives the same answer, so the job's own backoff handles them.
+
+Every message says what happened in words (`connection refused`, `answered
+503: Loading model`), never the repr of a library's exception.
+
+Connections: each thread keeps its own HTTP/1.1 connection alive between
+requests (`app.analysis.http_sessions`). A kept-alive connection that the
+server closed just as a request went out fails that request before any
+answer; the first such failure of a call is retried at once, without backoff.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import random
 import threading
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
+from collections.abc import Callable
+from typing import Any, Final, Protocol
 
 import requests
-from tenacity import RetryCallState, Retrying, retry_if_exception_type
 
-from app.analysis.answer import (
-    ANALYSIS_SCHEMA,
-    SYSTEM_PROMPT,
-    USER_PROMPT,
-    Analysis,
-    parse_analysis,
-)
+from app.analysis.analyzer import READY, Readiness, VisionResult
+from app.analysis.answer import ANALYSIS_SCHEMA, SYSTEM_PROMPT, USER_PROMPT, parse_analysis
+from app.analysis.http_retry import ConnectionDropped, RetryingCall, RetryPolicy
+from app.analysis.http_sessions import ThreadSessions
 from app.analysis.http_wire import (
-    ERROR_BODY_CHARS,
+    completion_payload,
     error_message,
-    not_chat_completion,
+    is_dropped_connection,
     read_chat_completion,
+    transport_reason,
 )
 from app.analysis.images import PreparedImage, data_url
+from app.config import (
+    DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
+    DEFAULT_VISION_MAX_TOKENS,
+    DEFAULT_VISION_READ_TIMEOUT_SECONDS,
+    Settings,
+)
 from app.errors import (
     DispatchTimeout,
+    ServiceError,
     VisionCancelled,
     VisionError,
-    VisionRejected,
+    VisionProtocolError,
     VisionUnavailable,
 )
-
-if TYPE_CHECKING:
-    from app.config import Settings
-
-__all__ = [
-    "ANALYSIS_SCHEMA",
-    "SYSTEM_PROMPT",
-    "USER_PROMPT",
-    "Analysis",
-    "VisionClient",
-    "VisionObserver",
-    "VisionResult",
-    "parse_analysis",
-]
 
 log = logging.getLogger(__name__)
 
@@ -87,23 +83,12 @@ class VisionObserver(Protocol):
         ...
 
 
-@dataclass(frozen=True)
-class VisionResult:
-    """A successful analysis. `model` is the model the server says answered
-    (the configured name if it did not say); `usage` is its token count, if any."""
-
-    analysis: Analysis
-    model: str
-    usage: Mapping[str, Any] | None = None
-    attempts: int = 1
-
-
 class VisionClient:
-    """Talks to one OpenAI-compatible server. Worker threads may share one client:
-    a call keeps its state on its own stack, and the session serves as a connection pool.
+    """The `http` analyzer: talks to one OpenAI-compatible server. Thread-safe: a call
+    keeps its state on its own stack, and each thread has its own HTTP session.
 
-    Only a `requests.Session` the client created is closed by `close()`; a
-    session passed in belongs to the caller. Backoff between retries is
+    `session_factory` makes those sessions (one per thread that calls); all of
+    them are closed by `close()`. Backoff between retries is
     `min(retry_initial_seconds × 2^(n−1), retry_max_seconds)`, shortened by up
     to `retry_jitter` (a fraction) at random.
     """
@@ -115,41 +100,38 @@ class VisionClient:
         model: str,
         api_key: str | None = None,
         health_url: str | None = None,
-        max_tokens: int = 2048,
-        connect_timeout: float = 5.0,
-        read_timeout: float = 300.0,
-        session: requests.Session | None = None,
+        max_tokens: int = DEFAULT_VISION_MAX_TOKENS,
+        connect_timeout: float = DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
+        read_timeout: float = DEFAULT_VISION_READ_TIMEOUT_SECONDS,
+        session_factory: Callable[[], requests.Session] = requests.Session,
         max_attempts: int = 5,
         retry_initial_seconds: float = 0.5,
         retry_max_seconds: float = 10.0,
         retry_jitter: float = 0.5,
         observer: VisionObserver | None = None,
     ) -> None:
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.retry = RetryPolicy(
+            max_attempts=max_attempts,
+            initial_seconds=retry_initial_seconds,
+            max_seconds=retry_max_seconds,
+            jitter=min(max(retry_jitter, 0.0), 1.0),
+        )
         self.base_url = base_url.rstrip("/")
         self.chat_url = f"{self.base_url}/v1/chat/completions"
         self.health_url = health_url or f"{self.base_url}/health"
+        self.name = f"vision server at {self.health_url}"
+        """What log lines call this analyzer: the server, by the URL its readiness probe asks."""
         self.model = model
         self.max_tokens = max_tokens
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self.max_attempts = max_attempts
-        self.retry_initial_seconds = retry_initial_seconds
-        self.retry_max_seconds = retry_max_seconds
-        self.retry_jitter = min(max(retry_jitter, 0.0), 1.0)
         self._api_key = api_key
         self._observer = observer
-        self._owns_session = session is None
-        self._session = session if session is not None else requests.Session()
+        self._sessions = ThreadSessions(session_factory)
 
     @classmethod
     def from_settings(
-        cls,
-        settings: Settings,
-        *,
-        session: requests.Session | None = None,
-        observer: VisionObserver | None = None,
+        cls, settings: Settings, *, observer: VisionObserver | None = None
     ) -> VisionClient:
         """A client configured from the `VISION_*` settings; `ValueError` without `VISION_URL`."""
         if not settings.vision_url:
@@ -162,7 +144,6 @@ class VisionClient:
             max_tokens=settings.vision_max_tokens,
             connect_timeout=settings.vision_connect_timeout_seconds,
             read_timeout=settings.vision_read_timeout_seconds,
-            session=session,
             observer=observer,
         )
 
@@ -176,36 +157,35 @@ class VisionClient:
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    def close(self) -> None:
-        """Close the HTTP session if this client created it."""
-        if self._owns_session:
-            self._session.close()
+    def start(self, on_failure: Callable[[ServiceError], None]) -> None:
+        """Nothing to load: the server loads its own model (and says so in `readiness`)."""
 
-    def is_ready(self) -> bool:
-        """True iff the health URL answers 2xx within ~2 s. Never raises.
+    def close(self) -> None:
+        """Close every thread's HTTP session and its kept-alive connections."""
+        self._sessions.close()
+
+    def readiness(self) -> Readiness:
+        """Ready iff the health URL answers 2xx within ~2 s. Never raises.
 
         llama-server answers 503 while it loads its model, so "up but loading"
-        reads as not ready.
+        reads as not ready, with the server's own words as the reason.
         """
         timeout = (min(self.connect_timeout, HEALTH_TIMEOUT_SECONDS), HEALTH_TIMEOUT_SECONDS)
         try:
-            with self._session.get(
+            with self._sessions.get().get(
                 self.health_url, timeout=timeout, headers=self._headers(), allow_redirects=False
             ) as response:
-                return 200 <= response.status_code < 300
+                if 200 <= response.status_code < 300:
+                    return READY
+                return Readiness(
+                    False, f"answered {response.status_code}: {error_message(response)}"
+                )
+        except requests.Timeout:
+            return Readiness(False, f"did not answer within {HEALTH_TIMEOUT_SECONDS:g} s")
         except Exception as exc:
-            # Any failure (refused, timeout, bad URL) means the same thing to a
-            # caller deciding whether to lease work: not ready.
-            log.debug("vision readiness probe %s failed: %s", self.health_url, exc)
-            return False
-
-    def _notify(self, method: str, *args: Any) -> None:
-        if self._observer is None:
-            return
-        try:
-            getattr(self._observer, method)(*args)
-        except Exception:
-            log.exception("vision observer failed in %s", method)
+            # Any failure (refused, bad URL) means the same thing to a caller
+            # deciding whether to lease work: not ready.
+            return Readiness(False, transport_reason(exc))
 
     def request_body(self, image: PreparedImage) -> dict[str, Any]:
         """The JSON body `analyze` posts for `image`."""
@@ -249,107 +229,57 @@ class VisionClient:
         # Serialised once: the body carries the whole image, and retries reuse it.
         body = json.dumps(self.request_body(image), ensure_ascii=False).encode("utf-8")
         label = f" for {job_label}" if job_label else ""
-        attempts = 0
-
-        def attempt() -> dict[str, Any]:
-            nonlocal attempts
-            attempts += 1
-            return self._attempt(body, deadline=deadline, cancel=cancel, label=label)
-
-        def stop(state: RetryCallState) -> bool:
-            if cancel is not None and cancel.is_set():
-                return True
-            if state.attempt_number >= self.max_attempts:
-                return True
-            # Never start a sleep whose end is already past the deadline.
-            return time.monotonic() + state.upcoming_sleep >= deadline
-
-        def give_up(state: RetryCallState) -> NoReturn:
-            assert state.outcome is not None
-            cause = state.outcome.exception()
-            if cancel is not None and cancel.is_set():
-                raise VisionCancelled(
-                    f"analysis{label} cancelled after {state.attempt_number} attempt(s)"
-                ) from cause
-            status = cause.status_code if isinstance(cause, VisionUnavailable) else None
-            why = (
-                "retries exhausted"
-                if state.attempt_number >= self.max_attempts
-                else "no time left before the deadline"
-            )
-            raise VisionUnavailable(
-                f"vision request{label} failed after {state.attempt_number} attempt(s), "
-                f"{why}; last error: {cause}",
-                status_code=status,
-            ) from cause
-
-        def before_sleep(state: RetryCallState) -> None:
-            cause = state.outcome.exception() if state.outcome is not None else None
-            log.warning(
-                "vision request%s failed (attempt %d of %d): %s; retrying in %.1f s",
-                label,
-                state.attempt_number,
-                self.max_attempts,
-                cause,
-                state.upcoming_sleep,
-            )
-
-        def pause(seconds: float) -> None:
-            # cancel.wait returns as soon as the event is set, so a shutdown
-            # does not wait out a backoff; the next attempt then sees the event.
-            if cancel is not None:
-                cancel.wait(seconds)
-            else:
-                time.sleep(seconds)
-
-        retrying = Retrying(
-            sleep=pause,
-            stop=stop,
-            wait=self._backoff,
-            retry=retry_if_exception_type(VisionUnavailable),
-            before_sleep=before_sleep,
-            retry_error_callback=give_up,
+        call = RetryingCall(
+            lambda: self._attempt(body, deadline=deadline, cancel=cancel, label=label),
+            self.retry,
+            deadline=deadline,
+            cancel=cancel,
+            label=label,
         )
-        payload = retrying(attempt)
-        return self._result(payload, attempts)
-
-    def _backoff(self, state: RetryCallState) -> float:
-        exponent = max(state.attempt_number - 1, 0)
-        base = min(self.retry_initial_seconds * 2.0**exponent, self.retry_max_seconds)
-        return base * (1.0 - self.retry_jitter * random.random())
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
+        payload = call.run()
+        completion = read_chat_completion(payload, max_tokens=self.max_tokens)
+        return VisionResult(
+            analysis=parse_analysis(completion.content),
+            model=completion.model or self.model,
+            usage=completion.usage,
+            attempts=call.attempts,
+        )
 
     def _attempt(
         self, body: bytes, *, deadline: float, cancel: threading.Event | None, label: str
     ) -> dict[str, Any]:
-        """One POST. Raises `VisionUnavailable` for what is worth retrying."""
+        """One POST of `body`; its chat completion as a dict. Raises `VisionUnavailable`
+        for what is worth retrying, and reports the request to the observer."""
         if cancel is not None and cancel.is_set():
             raise VisionCancelled(f"analysis{label} cancelled")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise DispatchTimeout(f"analysis dispatch{label} timed out before the request")
         started = time.monotonic()
-        outcome = ["error"]
+        outcome = "error"
         try:
-            return self._post(body, remaining=remaining, label=label, outcome=outcome)
+            with self._send(body, remaining, label) as response:
+                outcome = str(response.status_code)
+                return completion_payload(response)
+        except VisionProtocolError:
+            outcome = "bad_body"  # raised only for a 2xx answer
+            raise
+        except ServiceError as exc:
+            if outcome == "error":
+                outcome = _transport_outcome(exc.__cause__)
+            raise
         finally:
-            self._notify("vision_request", time.monotonic() - started, outcome[0])
+            self._notify(time.monotonic() - started, outcome)
 
-    def _post(
-        self, body: bytes, *, remaining: float, label: str, outcome: list[str]
-    ) -> dict[str, Any]:
-        """The request of `_attempt`; sets `outcome[0]` to the status it reports."""
+    def _send(self, body: bytes, remaining: float, label: str) -> requests.Response:
+        """POST with `(connect, read)` timeouts cut to `remaining`; transport failures
+        become `DispatchTimeout` (the deadline's), `VisionUnavailable` or `VisionError`."""
         connect_timeout = min(self.connect_timeout, remaining)
         read_timeout = min(self.read_timeout, remaining)
         headers = self._headers()
         headers["Content-Type"] = "application/json"
         try:
-            response = self._session.post(
+            return self._sessions.get().post(
                 self.chat_url,
                 data=body,
                 headers=headers,
@@ -358,7 +288,6 @@ class VisionClient:
             )
         except requests.ConnectTimeout as exc:
             # Subclass of both ConnectionError and Timeout: must come first.
-            outcome[0] = "timeout"
             if connect_timeout < self.connect_timeout:
                 raise DispatchTimeout(
                     f"analysis dispatch{label} timed out connecting to {self.chat_url}"
@@ -367,7 +296,6 @@ class VisionClient:
                 f"cannot connect to {self.chat_url} within {connect_timeout:g} s"
             ) from exc
         except requests.Timeout as exc:
-            outcome[0] = "timeout"
             if read_timeout < self.read_timeout:
                 raise DispatchTimeout(
                     f"analysis dispatch{label} timed out waiting {read_timeout:.1f} s "
@@ -376,43 +304,42 @@ class VisionClient:
             raise VisionUnavailable(
                 f"no answer within the {read_timeout:g} s read timeout"
             ) from exc
-        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError) as exc:
-            outcome[0] = "connection_error"
-            raise VisionUnavailable(f"cannot reach {self.chat_url}: {exc}") from exc
+        except requests.exceptions.ChunkedEncodingError as exc:
+            raise VisionUnavailable(
+                f"lost the connection to {self.chat_url}: {transport_reason(exc)}"
+            ) from exc
+        except requests.ConnectionError as exc:
+            if is_dropped_connection(exc):
+                raise ConnectionDropped(
+                    f"lost the connection to {self.chat_url}: {transport_reason(exc)}"
+                ) from exc
+            raise VisionUnavailable(
+                f"cannot reach {self.chat_url}: {transport_reason(exc)}"
+            ) from exc
         except requests.RequestException as exc:
-            raise VisionError(f"vision request to {self.chat_url} failed: {exc}") from exc
+            raise VisionError(
+                f"vision request to {self.chat_url} failed: {transport_reason(exc)}"
+            ) from exc
 
-        with response:
-            status = response.status_code
-            outcome[0] = str(status)
-            if status == 429 or status >= 500:
-                raise VisionUnavailable(
-                    f"vision server answered {status}: {error_message(response)}",
-                    status_code=status,
-                )
-            if status >= 400:
-                raise VisionRejected(
-                    f"vision server rejected the request with {status}: {error_message(response)}",
-                    status_code=status,
-                )
-            if not 200 <= status < 300:
-                raise VisionError(f"vision server answered unexpected status {status}")
-            try:
-                payload = response.json()
-            except ValueError:
-                outcome[0] = "bad_body"
-                excerpt = response.text[:ERROR_BODY_CHARS]
-                raise not_chat_completion(f"a body that is not JSON: {excerpt!r}") from None
-        if not isinstance(payload, dict):
-            outcome[0] = "bad_body"
-            raise not_chat_completion(f"JSON that is not an object: {type(payload).__name__}")
-        return payload
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._api_key:
+            headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
 
-    def _result(self, payload: dict[str, Any], attempts: int) -> VisionResult:
-        completion = read_chat_completion(payload, max_tokens=self.max_tokens)
-        return VisionResult(
-            analysis=parse_analysis(completion.content),
-            model=completion.model or self.model,
-            usage=completion.usage,
-            attempts=attempts,
-        )
+    def _notify(self, duration_seconds: float, status: str) -> None:
+        if self._observer is None:
+            return
+        try:
+            self._observer.vision_request(duration_seconds, status)
+        except Exception:
+            log.exception("vision observer failed in vision_request")
+
+
+def _transport_outcome(cause: BaseException | None) -> str:
+    """The observer's status for a request that got no answer."""
+    if isinstance(cause, requests.Timeout):
+        return "timeout"
+    if isinstance(cause, requests.ConnectionError | requests.exceptions.ChunkedEncodingError):
+        return "connection_error"
+    return "error"

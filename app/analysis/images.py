@@ -17,16 +17,17 @@ import io
 from dataclasses import dataclass
 from typing import Final
 
-from PIL import Image, ImageOps
+from PIL import Image, ImageOps, UnidentifiedImageError
 
-from app.errors import ImageError
+from app.config import DEFAULT_MAX_SIDE_PX
+from app.errors import ImageError, without_reprs
 
-DEFAULT_MAX_SIDE_PX: Final = 1600
-"""Long side of the image sent to the model; larger pages are scaled down."""
 DEFAULT_MAX_PIXELS: Final = 100_000_000
 """Header-declared pixel count above which a page is refused as a decompression bomb."""
 JPEG_QUALITY: Final = 90
 """Quality of re-encoded JPEGs: high enough to keep small lettering legible."""
+READABLE_FORMATS: Final = "PNG, JPEG, WebP, GIF, BMP, TIFF, ..."
+"""The common formats Pillow reads, named in the error for a file it cannot identify."""
 
 _PASSTHROUGH_MIME: Final = {"PNG": "image/png", "JPEG": "image/jpeg", "MPO": "image/jpeg"}
 """Formats sent as they are. MPO is a camera JPEG with extra frames; its bytes are a JPEG."""
@@ -68,13 +69,14 @@ def prepare_image(
     if max_side_px < 1:
         raise ValueError(f"max_side_px must be >= 1, got {max_side_px}")
     if not data:
-        # Pillow would only say it "cannot identify" a BytesIO object.
         raise ImageError("cannot decode page image: the file is empty (0 bytes)")
+    source_format: str | None = None
     try:
         # Image.open reads only the header; it raises DecompressionBombError itself
         # for images past twice Pillow's limit. Under a host's `-W error` the
         # warning it emits past the limit arrives as an exception too.
         with Image.open(io.BytesIO(data)) as image:
+            source_format = image.format
             _refuse_bombs(image.size, max_pixels)
             return _prepare(image, data, max_side_px)
     except ImageError:
@@ -82,9 +84,21 @@ def prepare_image(
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ImageError(f"page image refused as a decompression bomb: {exc}") from exc
     except Exception as exc:
-        # Pillow's plugins signal corrupt input with many types (OSError,
-        # SyntaxError, ValueError, struct.error, EOFError...); all mean the same here.
-        raise ImageError(f"cannot decode page image: {type(exc).__name__}: {exc}") from exc
+        raise ImageError(f"cannot decode page image: {undecodable(exc, source_format)}") from exc
+
+
+def undecodable(exc: Exception, source_format: str | None = None) -> str:
+    """Why Pillow could not read an image, in words: `str()` of its errors can be a
+    repr (`cannot identify image file <_io.BytesIO object at 0x7f…>`) or bare
+    jargon (`Truncated File Read`). `source_format` is the format its header
+    named, when Pillow got that far."""
+    if isinstance(exc, UnidentifiedImageError):
+        return f"not an image Pillow can read ({READABLE_FORMATS})"
+    # Pillow's plugins signal corrupt input with many types (OSError,
+    # SyntaxError, ValueError, struct.error, EOFError...); all mean the same here.
+    detail = without_reprs(str(exc)) or type(exc).__name__
+    what = f"the {source_format} file" if source_format else "the file"
+    return f"{what} is damaged or cut short (Pillow: {detail})"
 
 
 def data_url(image: PreparedImage) -> str:

@@ -1,8 +1,8 @@
 """The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr`.
 
-It stands where the vision client stands (`VisionModel` in
-`app.analysis.handler`), so the runner, heartbeats, fencing, deadlines,
-cancellation and events are the same. It fills `ocr_text` (one line per
+It is an `Analyzer` (`app.analysis.analyzer`), as the vision client is, so
+the runner, heartbeats, fencing, deadlines, cancellation and events are the
+same. It fills `ocr_text` (one line per
 text block) and `ocr_blocks` (each block's text, box in the original image's
 pixels, orientation and score), in reading order: lines are read by
 `app.analysis.ocr_pipeline` and turned into dialogue blocks by
@@ -19,8 +19,8 @@ ever tried without a model. The direction classifier (0°/180° lines) is
 off: manga text is not printed upside down, and it costs time per line.
 
 Loading: rapidocr builds its ONNX sessions lazily on the first call, so
-`start_loading` builds them on a background thread and warms them up with a
-real OCR call; `is_ready` (the readiness gate's probe) says yes only after
+`start` builds them on a background thread and warms them up with a
+real OCR call; `readiness` (the readiness gate's probe) says ready only after
 that. A slow load therefore holds the gate closed instead of eating into a
 job's deadline.
 
@@ -50,9 +50,9 @@ from typing import Any, Final
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from app.analysis.analyzer import READY, Readiness, VisionResult
 from app.analysis.answer import Analysis
-from app.analysis.http import VisionResult
-from app.analysis.images import PreparedImage
+from app.analysis.images import PreparedImage, undecodable
 from app.analysis.layout import Block
 from app.analysis.ocr_pipeline import read_lines
 from app.analysis.reading import read_page
@@ -115,10 +115,10 @@ def _version(distribution: str) -> str:
 
 
 class OcrAnalyzer:
-    """In-process OCR behind the `VisionModel` protocol. One per process; thread-safe.
+    """In-process OCR, an `Analyzer`. One per process; thread-safe.
 
     Building it checks that the model files exist (raising `OcrModelMissing`)
-    and loads nothing; `start_loading` or `load` load and warm up the models.
+    and loads nothing; `start` or `load` load and warm up the models.
     """
 
     def __init__(self, *, model_dir: Path | None = None, threads: int | None = None) -> None:
@@ -144,8 +144,8 @@ class OcrAnalyzer:
             f"rapidocr {_version('rapidocr')} {self.det_model_path.stem}+{self.rec_model_path.stem}"
             f" (onnxruntime {_version('onnxruntime')})"
         )
-        self.health_url = f"in-process OCR ({self.model})"
-        """What the readiness gate names in its log lines (there is no URL)."""
+        self.name = f"in-process OCR ({self.model})"
+        """What log lines call this analyzer (there is no URL)."""
         self.load_seconds: float | None = None
         """How long loading and warming up took, once loaded."""
         self._engine: Any = None
@@ -165,6 +165,14 @@ class OcrAnalyzer:
     def is_ready(self) -> bool:
         """True once the models are loaded and warmed up. Never raises, never blocks."""
         return self._ready.is_set()
+
+    def readiness(self) -> Readiness:
+        """Ready once the models are loaded and warmed up; until then `starting`."""
+        if self._ready.is_set():
+            return READY
+        if self._load_error is not None:
+            return Readiness(False, str(self._load_error))
+        return Readiness(False, "the OCR models are loading", starting=True)
 
     def load(self) -> None:
         """Load and warm up the models now (once per analyzer); raises `OcrModelError`."""
@@ -213,7 +221,7 @@ class OcrAnalyzer:
             warm_up,
         )
 
-    def start_loading(self, on_failure: Callable[[OcrModelError], None] | None = None) -> None:
+    def start(self, on_failure: Callable[[OcrModelError], None] | None = None) -> None:
         """Load on a background thread; `on_failure` is called if loading fails."""
         if self._loader is not None or self._ready.is_set():
             return
@@ -320,7 +328,7 @@ def _decode(image: PreparedImage) -> Image.Image:
                 return page
             return opened.convert("RGB")
     except Exception as exc:
-        raise ImageError(f"cannot decode page image for OCR: {type(exc).__name__}: {exc}") from exc
+        raise ImageError(f"cannot decode page image for OCR: {undecodable(exc)}") from exc
 
 
 def _warm_up_image() -> Image.Image:

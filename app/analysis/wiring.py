@@ -1,16 +1,16 @@
 """The composition root: builds the page-analysis runner from `Settings`.
 
-Hosts and tests can hand in their own engine or vision client; only what is
+Hosts and tests can hand in their own engine or analyzer; only what is
 built here is closed here. `settings.backend` picks the analyzer: a
-`VisionClient` for `http`, an `OcrAnalyzer` for `ocr`, whose models start
-loading on a background thread at once (the readiness gate stays closed
-until they are loaded and warmed up).
+`VisionClient` for `http`, an `OcrAnalyzer` for `ocr`. Either is started
+before the runner is handed out (the OCR models start loading on a
+background thread; the readiness gate stays closed until they are loaded
+and warmed up).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Engine
 
+from app.analysis.analyzer import Analyzer
 from app.analysis.events import analysis_event_bus
 from app.analysis.handler import PageAnalysisHandler
 from app.analysis.http import VisionClient, VisionObserver
 from app.config import Settings
 from app.db import listen_database_url, make_engine
+from app.errors import ServiceError
 from app.storage import LocalStorage
 from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
@@ -32,7 +34,7 @@ from app.worker.runner import Runner
 if TYPE_CHECKING:
     # Imported only for the `ocr` backend: it brings numpy and the OCR stack,
     # which an `http` worker never needs (its memory stays under 100 MB).
-    from app.analysis.ocr import OcrAnalyzer
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +44,7 @@ def analysis_runner(
     settings: Settings,
     *,
     engine: Engine | None = None,
-    vision: VisionClient | OcrAnalyzer | None = None,
+    vision: Analyzer | None = None,
     events: EventBus | None = None,
     observer: RunnerObserver | None = None,
     vision_observer: AnalysisObserver | None = None,
@@ -52,9 +54,10 @@ def analysis_runner(
     `vision_observer` hears every readiness probe of the gate (whatever the
     backend), and every request of a vision client built here.
 
-    With the `ocr` backend, a missing model raises `OcrModelMissing` here, and
-    a model that fails to load stops the runner and raises `OcrModelError`
-    when the block exits.
+    The analyzer is started here, whoever built it. With the `ocr` backend, a
+    missing model raises `OcrModelMissing` here; an analyzer that fails to
+    start (a model that cannot load) stops the runner, and its error is
+    raised when the block exits.
     """
     with ExitStack() as owned:
         if engine is None:
@@ -62,6 +65,8 @@ def analysis_runner(
             owned.callback(engine.dispose)
         if vision is None:
             if settings.backend == "ocr":
+                # Imported only for the `ocr` backend: it brings numpy and the
+                # OCR stack, which an `http` worker never needs.
                 from app.analysis.ocr import OcrAnalyzer
 
                 vision = OcrAnalyzer()
@@ -75,8 +80,8 @@ def analysis_runner(
             max_side_px=settings.vision_max_side_px,
         )
         gate = ReadinessGate(
-            _reporting(vision.is_ready, vision_observer),
-            url=vision.health_url,
+            _reporting(lambda: vision.readiness().ready, vision_observer),
+            url=vision.name,
             poll_seconds=settings.readiness_poll_seconds,
         )
         if events is None:
@@ -104,22 +109,16 @@ def analysis_runner(
             name="analysis",
             observer=observer,
         )
-        ocr = _as_ocr(vision)
-        if ocr is not None:
-            ocr.start_loading(on_failure=lambda _error: runner.stop())
+        failures: list[ServiceError] = []
+
+        def failed(error: ServiceError) -> None:
+            failures.append(error)
+            runner.stop()
+
+        vision.start(on_failure=failed)
         yield runner
-        if ocr is not None and ocr.load_error is not None:
-            raise ocr.load_error
-
-
-def _as_ocr(vision: object) -> OcrAnalyzer | None:
-    """`vision` if it is an `OcrAnalyzer`; without importing the OCR stack when
-    nothing has (then it cannot be one)."""
-    module = sys.modules.get("app.analysis.ocr")
-    if module is None:
-        return None
-    ocr_class: type[OcrAnalyzer] = module.OcrAnalyzer
-    return vision if isinstance(vision, ocr_class) else None
+        if failures:
+            raise failures[0]
 
 
 class AnalysisObserver(VisionObserver, Protocol):

@@ -3,19 +3,36 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, cast
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final, cast
 
 from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects.postgresql import insert
 
-from app.analysis.answer import Analysis
 from app.models import PageAnalysis
 from app.queue.jobs import Conn
 
-ERROR_MAX_CHARS = 2000
+ERROR_MAX_CHARS: Final = 2000
 """`error` keeps the start of long messages."""
 
 table = cast(Table, PageAnalysis.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisRecord:
+    """A successful analysis as `save_done` stores it. `nsfw_rating` and `nsfw_score`
+    are both `None` when nothing was judged; `ocr_blocks` is `None` when the analyzer
+    gives no positions (the JSON of the `ocr_blocks` column otherwise); `model` names
+    who produced it."""
+
+    model: str
+    ocr_text: str
+    tags: Sequence[str]
+    description: str
+    nsfw_rating: str | None
+    nsfw_score: float | None
+    ocr_blocks: list[dict[str, Any]] | None
 
 
 def get_status(conn: Conn, page_id: uuid.UUID) -> str | None:
@@ -26,19 +43,17 @@ def get_status(conn: Conn, page_id: uuid.UUID) -> str | None:
     return status
 
 
-def save_done(
-    conn: Conn, page_id: uuid.UUID, analysis: Analysis, *, model: str, duration_ms: int
-) -> None:
+def save_done(conn: Conn, page_id: uuid.UUID, record: AnalysisRecord, *, duration_ms: int) -> None:
     """Write (or overwrite) the page's successful analysis, stamping its duration."""
     values: dict[str, Any] = {
         "status": "done",
-        "ocr_text": analysis.ocr_text,
-        "ocr_blocks": analysis.ocr_blocks,
-        "tags": list(analysis.tags),
-        "description": analysis.description,
-        "nsfw_rating": analysis.nsfw_rating,
-        "nsfw_score": analysis.nsfw_score,
-        "model": model,
+        "ocr_text": record.ocr_text,
+        "ocr_blocks": record.ocr_blocks,
+        "tags": list(record.tags),
+        "description": record.description,
+        "nsfw_rating": record.nsfw_rating,
+        "nsfw_score": record.nsfw_score,
+        "model": record.model,
         "error": None,
         "duration_ms": duration_ms,
     }

@@ -26,7 +26,7 @@ from tenacity import (
     wait_exponential,
 )
 
-from app.errors import ServiceError
+from app.errors import ServiceError, without_reprs
 from app.queue.jobs import Lease, ack_dead, ack_failed, release
 from app.worker.dbsession import is_transient_db_error, short_error
 from app.worker.events import EventBus, JobEvent
@@ -46,7 +46,7 @@ def is_permanent(exc: BaseException) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    message = str(exc).strip()
+    message = without_reprs(str(exc))
     if isinstance(exc, ServiceError) and message:
         return message
     return f"{type(exc).__name__}: {message}" if message else type(exc).__name__

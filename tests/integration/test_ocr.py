@@ -212,7 +212,7 @@ def test_loading_uses_only_the_wheel_models_and_downloads_nothing(monkeypatch):
     analyzer = OcrAnalyzer()
     assert analyzer.det_model_path.parent == wheel_model_dir()
     assert not analyzer.is_ready()
-    analyzer.start_loading()
+    analyzer.start()
     assert analyzer.wait_loaded(120), analyzer.load_error
     assert analyzer.load_error is None
     assert analyzer.is_ready() and analyzer.load_seconds is not None
@@ -232,7 +232,7 @@ def test_a_model_that_fails_to_load_keeps_the_gate_shut_and_reports(tmp_path):
         (tmp_path / name).write_bytes(b"not an onnx model")
     analyzer = OcrAnalyzer(model_dir=tmp_path)
     failures: list[OcrModelError] = []
-    analyzer.start_loading(on_failure=failures.append)
+    analyzer.start(on_failure=failures.append)
     assert not analyzer.wait_loaded(120)
     assert failures and failures[0] is analyzer.load_error
     assert "failed to load" in str(failures[0])

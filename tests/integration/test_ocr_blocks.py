@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from app.admin.queries import get_page_analysis
+from app.analysis.analyzer import VisionResult
 from app.analysis.answer import Analysis, parse_analysis
-from app.repos.page_analysis import save_done
+from app.repos.page_analysis import AnalysisRecord, save_done
 from tests.helpers import make_page
 
 BLOCKS = [
@@ -24,10 +25,14 @@ def ocr_analysis(blocks: list[dict]) -> Analysis:
     )
 
 
+def stored(analysis: Analysis, model: str) -> AnalysisRecord:
+    return VisionResult(analysis, model=model).record()
+
+
 def test_blocks_are_stored_in_order_and_served_as_ocr_blocks(engine):
     with engine.begin() as conn:
         page_id = make_page(conn)
-        save_done(conn, page_id, ocr_analysis(BLOCKS), model="rapidocr", duration_ms=10)
+        save_done(conn, page_id, stored(ocr_analysis(BLOCKS), "rapidocr"), duration_ms=10)
         body = get_page_analysis(conn, page_id)
     assert body["ocr_blocks"] == BLOCKS
     assert body["ocr_text"].splitlines() == [block["text"] for block in BLOCKS]
@@ -41,8 +46,8 @@ def test_a_model_server_answer_stores_no_positions_and_clears_stale_ones(engine)
     assert answer.ocr_blocks is None
     with engine.begin() as conn:
         page_id = make_page(conn)
-        save_done(conn, page_id, ocr_analysis(BLOCKS), model="rapidocr", duration_ms=10)
+        save_done(conn, page_id, stored(ocr_analysis(BLOCKS), "rapidocr"), duration_ms=10)
         # A forced re-analysis by the http backend: the old positions no longer match its text.
-        save_done(conn, page_id, answer, model="vlm", duration_ms=10)
+        save_done(conn, page_id, stored(answer, "vlm"), duration_ms=10)
         body = get_page_analysis(conn, page_id)
     assert body["ocr_blocks"] is None and body["ocr_text"] == "よつばと"

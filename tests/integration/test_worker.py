@@ -347,13 +347,42 @@ def test_a_storage_key_escaping_the_root_is_refused(harness, vision_server, tmp_
     assert vision_server.requests == []
 
 
-def test_undecodable_image_goes_dead(harness, vision_server):
-    page_id = harness.add_page(b"\x89PNG\r\n\x1a\n this is not really a png")
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"\x89PNG\r\n\x1a\n this is not really a png", "not an image Pillow can read"),
+        (b"", "the file is empty"),
+    ],
+    ids=["not-an-image", "empty"],
+)
+def test_undecodable_image_goes_dead_with_an_error_a_person_can_read(
+    harness, vision_server, data, expected
+):
+    page_id = harness.add_page(data)
+    job_id = harness.request(page_id)
+    with harness.running():
+        (failed,) = harness.events.wait_for("failed", page_id)
+    job = harness.job(job_id)
+    row = harness.analysis(page_id)
+    assert job.state == "dead" and row.status == "failed"
+    for message in (job.last_error, row.error, failed.details["error"]):
+        assert message.startswith("cannot decode page image: ") and expected in message
+        assert "object at 0x" not in message and "BytesIO" not in message
+    assert vision_server.requests == []
+
+
+def test_a_damaged_jpeg_is_named_as_one(harness, vision_server, tmp_path):
+    from PIL import Image
+
+    photo = tmp_path / "photo.jpg"
+    Image.effect_mandelbrot((900, 700), (-2.0, -1.2, 1.0, 1.2), 60).convert("RGB").save(photo)
+    data = photo.read_bytes()
+    page_id = harness.add_page(data[: len(data) // 3])
     job_id = harness.request(page_id)
     with harness.running():
         harness.events.wait_for("failed", page_id)
-    assert harness.job(job_id).state == "dead"
-    assert "decode" in harness.job(job_id).last_error
+    last_error = harness.job(job_id).last_error
+    assert last_error.startswith("cannot decode page image: the JPEG file is damaged or cut short")
     assert vision_server.requests == []
 
 

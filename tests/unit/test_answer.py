@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from app.analysis.answer import (
+    ANSWER_TEXT_MAX_CHARS,
     DESCRIPTION_MAX_CHARS,
-    OCR_TEXT_MAX_CHARS,
     TAG_MAX_CHARS,
     TAGS_MAX_ITEMS,
     Analysis,
@@ -56,7 +56,7 @@ def test_tags_are_stripped_deduplicated_in_order_and_bounded() -> None:
 
 def test_long_strings_are_truncated_to_their_bounds() -> None:
     parsed = parse_analysis(answer(ocr_text="あ" * 5000, description="d" * 5000))
-    assert parsed.ocr_text == "あ" * OCR_TEXT_MAX_CHARS
+    assert parsed.ocr_text == "あ" * ANSWER_TEXT_MAX_CHARS
     assert len(parsed.description) == DESCRIPTION_MAX_CHARS
 
 

@@ -200,6 +200,24 @@ def test_truncated_png_is_caught_before_it_is_sent() -> None:
         prepare_image(data[: len(data) // 2])
 
 
+@pytest.mark.parametrize(
+    "data, expected",
+    [
+        (b"definitely not an image", "not an image Pillow can read (PNG, JPEG, WebP"),
+        (b"\x89PNG\r\n\x1a\n" + b"\x00" * 40, "not an image Pillow can read"),
+        (encode(gradient((300, 300)), "JPEG")[:2000], "the JPEG file is damaged or cut short"),
+        (encode(gradient((200, 200)), "PNG", compress_level=0)[:20000], "the PNG file is damaged"),
+    ],
+    ids=["text", "png-signature-only", "truncated-jpeg", "truncated-png"],
+)
+def test_decode_errors_say_what_is_wrong_without_python_reprs(data: bytes, expected: str) -> None:
+    with pytest.raises(ImageError) as caught:
+        prepare_image(data)
+    message = str(caught.value)
+    assert message.startswith("cannot decode page image: ") and expected in message
+    assert "object at 0x" not in message and "BytesIO" not in message
+
+
 def test_data_url_round_trips() -> None:
     data = encode(gradient((10, 10)), "PNG")
     prepared = prepare_image(data)

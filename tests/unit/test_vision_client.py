@@ -15,8 +15,8 @@ import pytest
 import requests
 from PIL import Image
 
-from app.analysis.answer import OCR_TEXT_MAX_CHARS, TAGS_MAX_ITEMS
-from app.analysis.http import ANALYSIS_SCHEMA, VisionClient
+from app.analysis.answer import ANALYSIS_SCHEMA, ANSWER_TEXT_MAX_CHARS, TAGS_MAX_ITEMS
+from app.analysis.http import VisionClient
 from app.analysis.images import PreparedImage
 from app.errors import (
     DispatchTimeout,
@@ -106,7 +106,7 @@ def test_schema_bounds_every_string_and_list() -> None:
     props = ANALYSIS_SCHEMA["properties"]
     assert ANALYSIS_SCHEMA["additionalProperties"] is False
     assert set(ANALYSIS_SCHEMA["required"]) == {"ocr_text", "tags", "description", "nsfw"}
-    assert props["ocr_text"]["maxLength"] == OCR_TEXT_MAX_CHARS
+    assert props["ocr_text"]["maxLength"] == ANSWER_TEXT_MAX_CHARS
     assert props["description"]["maxLength"] > 0
     assert props["tags"]["maxItems"] == TAGS_MAX_ITEMS
     assert props["tags"]["items"]["maxLength"] > 0
@@ -369,7 +369,10 @@ def test_refused_connection_is_retried_until_the_deadline(
     with pytest.raises(VisionUnavailable, match="no time left before the deadline") as caught:
         client.analyze(page, deadline=deadline)
     finished = time.monotonic()
-    assert "cannot reach" in str(caught.value)
+    assert f"cannot reach {vision_server.url}/v1/chat/completions: connection refused" in str(
+        caught.value
+    )
+    assert "HTTPConnectionPool" not in str(caught.value) and "Errno" not in str(caught.value)
     assert caught.value.status_code is None
     # Retried several times, and gave up without sleeping past the deadline.
     attempts = int(str(caught.value).split("after ")[1].split(" attempt")[0])
@@ -432,7 +435,7 @@ def test_is_ready_follows_the_health_status(
     vision_server: ScriptedVisionServer, make_client: MakeClient, status: int, ready: bool
 ) -> None:
     vision_server.health_status = status
-    assert make_client().is_ready() is ready
+    assert make_client().readiness().ready is ready
     assert vision_server.health_hits == 1
 
 
@@ -441,27 +444,44 @@ def test_is_ready_is_false_when_nothing_listens(
 ) -> None:
     client = make_client()
     vision_server.stop()
-    assert client.is_ready() is False
+    assert client.readiness().ready is False
 
 
 def test_is_ready_uses_the_configured_health_url(
     vision_server: ScriptedVisionServer, make_client: MakeClient
 ) -> None:
     client = make_client(base_url="http://127.0.0.1:9", health_url=vision_server.health_url)
-    assert client.is_ready() is True
+    assert client.readiness().ready is True
     assert vision_server.health_hits == 1
 
 
-def test_close_leaves_a_callers_session_open(vision_server: ScriptedVisionServer) -> None:
-    closed: list[str] = []
+def test_each_thread_gets_its_own_session_and_close_closes_them_all(
+    vision_server: ScriptedVisionServer,
+) -> None:
+    made: list[TrackedSession] = []
 
     class TrackedSession(requests.Session):
+        closed = False
+
         def close(self) -> None:
-            closed.append("closed")
+            self.closed = True
             super().close()
 
-    session = TrackedSession()
-    with VisionClient(base_url=vision_server.url, model="m", session=session) as client:
-        assert client.is_ready()
-    assert closed == []
-    session.close()
+    def factory() -> TrackedSession:
+        made.append(TrackedSession())
+        return made[-1]
+
+    with VisionClient(base_url=vision_server.url, model="m", session_factory=factory) as client:
+        assert client.readiness().ready and client.readiness().ready
+        other = threading.Thread(target=client.readiness)
+        other.start()
+        other.join(10)
+        assert len(made) == 2  # one per thread, reused by the thread's second probe
+        assert not any(session.closed for session in made)
+        # The next new session closes that of the thread that has ended.
+        third = threading.Thread(target=client.readiness)
+        third.start()
+        third.join(10)
+        assert len(made) == 3
+        assert [session.closed for session in made] == [False, True, False]
+    assert all(session.closed for session in made)

@@ -1,0 +1,32 @@
+"""`app.repos` sits below `app.analysis` (DESIGN "Layout"): it never imports it."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import app.repos
+
+REPOS = Path(app.repos.__file__).parent
+
+
+def imported_modules(path: Path) -> set[str]:
+    modules: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+    return modules
+
+
+def test_repos_import_nothing_from_analysis() -> None:
+    sources = sorted(REPOS.glob("*.py"))
+    assert sources, "no repository modules found"
+    upward = {
+        f"{path.name}: {module}"
+        for path in sources
+        for module in imported_modules(path)
+        if module == "app.analysis" or module.startswith("app.analysis.")
+    }
+    assert upward == set()
