@@ -10,8 +10,9 @@ until they are loaded and warmed up).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 
@@ -26,7 +27,7 @@ from app.db import listen_database_url, make_engine
 from app.storage import LocalStorage
 from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
-from app.worker.readiness import ReadinessGate
+from app.worker.readiness import Probe, ProbeAnswer, ReadinessGate
 from app.worker.runner import Runner
 
 logger = logging.getLogger(__name__)
@@ -68,8 +69,8 @@ def analysis_runner(
             max_side_px=settings.vision_max_side_px,
         )
         gate = ReadinessGate(
-            _reporting(vision.is_ready, vision_observer),
-            url=vision.health_url,
+            _reporting(_probe(vision), vision_observer),
+            name=_gate_name(vision),
             poll_seconds=settings.readiness_poll_seconds,
         )
         if events is None:
@@ -109,16 +110,37 @@ class AnalysisObserver(VisionObserver, Protocol):
         ...
 
 
-def _reporting(probe: Callable[[], bool], observer: AnalysisObserver | None) -> Callable[[], bool]:
+@dataclass(frozen=True)
+class _Loading:
+    """The `ocr` backend's answer while its models load: expected, so logged at INFO."""
+
+    ready: bool
+    reason: str = "the OCR models are loading"
+    starting: bool = True
+
+
+def _probe(vision: VisionClient | OcrAnalyzer) -> Probe:
+    if isinstance(vision, OcrAnalyzer):
+        return lambda: _Loading(vision.is_ready())
+    return vision.is_ready
+
+
+def _gate_name(vision: VisionClient | OcrAnalyzer) -> str:
+    if isinstance(vision, OcrAnalyzer):
+        return vision.health_url
+    return f"vision server at {vision.health_url}"
+
+
+def _reporting(probe: Probe, observer: AnalysisObserver | None) -> Probe:
     if observer is None:
         return probe
 
-    def reported() -> bool:
-        ready = probe()
+    def reported() -> bool | ProbeAnswer:
+        answer = probe()
         try:
-            observer.vision_probed(ready)
+            observer.vision_probed(answer if isinstance(answer, bool) else answer.ready)
         except Exception:
             logger.exception("vision observer failed in vision_probed")
-        return ready
+        return answer
 
     return reported
