@@ -92,7 +92,7 @@ def _alive(pid: object) -> bool:
     if pid == os.getpid():
         return True
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
     except psutil.Error:
