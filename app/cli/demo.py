@@ -29,13 +29,22 @@ from app.analysis.events import analysis_event_bus
 from app.analysis.ocr import OcrAnalyzer
 from app.analysis.wiring import analysis_runner
 from app.cli.importer import IMAGE_SUFFIXES, import_folder
+from app.cli.shutdown import EXIT_INTERRUPTED, GracefulStop
 from app.config import DEFAULT_VISION_URL, Settings
 from app.models import Chapter, Job, Manga, Page, PageAnalysis
 from app.queue import KIND_ANALYZE_PAGE, request_analysis
 from app.worker.events import JobEvent
 
-SAMPLE_FOLDER: Final = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
-"""The sample pages shipped with the repository."""
+
+def _sample_folder() -> Path:
+    packaged = Path(__file__).resolve().parents[1] / "_sample_manga"  # the wheel's copy (setup.py)
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "examples" / "sample_manga"  # a checkout
+
+
+SAMPLE_FOLDER: Final = _sample_folder()
+"""The sample pages: `examples/sample_manga/`, shipped in the wheel as `app/_sample_manga/`."""
 SAMPLE_TITLE: Final = "Sample manga (make demo)"
 """Title of the demo's manga; a second run finds the manga by it."""
 SAMPLE_CHAPTER: Final = Decimal(1)
@@ -70,8 +79,10 @@ def run_demo(
     folder: Path = SAMPLE_FOLDER,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     out: TextIO,
+    graceful: GracefulStop | None = None,
 ) -> int:
-    """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages are done.
+    """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages
+    are done, 130 when `graceful` was asked to stop (the jobs in flight are given back).
 
     The database must be migrated. Worker threads are stopped and joined before returning.
     """
@@ -92,6 +103,8 @@ def run_demo(
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
+            if graceful is not None:
+                graceful.on_stop(runner.stop)
             runner.start()
             try:
                 drained = _wait(
@@ -105,7 +118,14 @@ def run_demo(
     finally:
         if ocr is not None:
             ocr.close()
-    say(f"{'Finished' if drained else 'Gave up'} after {time.monotonic() - started:.1f} s.")
+    elapsed = time.monotonic() - started
+    if graceful is not None and graceful.requested.is_set():
+        say(
+            f"Interrupted after {elapsed:.1f} s: pages being analysed were given back to the "
+            "queue; `make demo` (or make run-worker) picks them up again."
+        )
+        return EXIT_INTERRUPTED
+    say(f"{'Finished' if drained else 'Gave up'} after {elapsed:.1f} s.")
     say()
     rows = _results(engine, pages)
     for line in _table(rows):
@@ -191,7 +211,15 @@ def _prepare_pages(engine: Engine, storage_root: Path, folder: Path) -> tuple[li
                     shutil.copyfile(image, target)
                 request_analysis(conn, page.page_id, force=True)
             return [page for page, _key in existing], True
-    result = import_folder(engine, storage_root, folder, title=SAMPLE_TITLE, chapter=SAMPLE_CHAPTER)
+    # A sample manga with another number of pages (the samples changed): a fresh copy.
+    result = import_folder(
+        engine,
+        storage_root,
+        folder,
+        title=SAMPLE_TITLE,
+        chapter=SAMPLE_CHAPTER,
+        new_manga=existing is not None,
+    )
     return [DemoPage(page_id, n) for n, page_id in enumerate(result.page_ids, start=1)], False
 
 
