@@ -59,9 +59,7 @@ def chapter_number(value: str) -> Decimal:
 
 def build_parser() -> UsageParser:
     parser = UsageParser(prog="python -m app", description=DESCRIPTION, epilog=EPILOG)
-    parser.add_argument(
-        "--version", action="version", version=f"{DISTRIBUTION} {version()}"
-    )
+    parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {version()}")
     parser.add_argument(
         "--log-level",
         default=os.environ.get("LOG_LEVEL"),

@@ -92,9 +92,7 @@ def exit_process(code: int) -> NoReturn:
     ]
     if not strays:
         sys.exit(code)
-    logger.debug(
-        "leaving %d thread(s) behind: %s", len(strays), ", ".join(t.name for t in strays)
-    )
+    logger.debug("leaving %d thread(s) behind: %s", len(strays), ", ".join(t.name for t in strays))
     from app import devdb
 
     devdb.release()
