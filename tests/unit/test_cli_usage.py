@@ -92,3 +92,14 @@ def test_a_bad_database_url_is_one_line_and_exit_2(command: str, url: str, says:
     assert lines[0].startswith("error: bad setting: DATABASE_URL: ")
     assert says in lines[0] and "postgresql+psycopg://" in lines[0]
     assert "hunter2" not in result.stderr
+
+
+def test_an_embedded_database_that_cannot_start_is_one_line(tmp_path: Path) -> None:
+    not_a_folder = tmp_path / "dev"
+    not_a_folder.write_text("a file where the dev folder should be")
+    result = _cli("migrate", DEV_DIR=str(not_a_folder))
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "the embedded PostgreSQL in" in lines[0] and "did not start" in lines[0]
+    assert "set DATABASE_URL" in lines[0]
