@@ -20,7 +20,7 @@ setup(
     package_dir=SHIPPED_FOLDERS,
     package_data={
         "app._alembic": ["script.py.mako"],
-        "app._sample_manga": ["*.png", "*.json"],
+        "app._sample_manga": ["*"],  # whatever the samples are made of
         "app.web": ["templates/*.html"],
     },
 )

@@ -95,6 +95,13 @@ def test_it_is_the_installed_copy_that_runs(installed: Installed) -> None:
     version = installed.run("-m", "app", "--version")
     expected = f"manga-page-analysis {metadata.version('manga-page-analysis')}"
     assert version.returncode == 0 and version.stdout.strip() == expected
+    script = subprocess.run(
+        [str(installed.python.parent / "manga-analysis"), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert script.returncode == 0 and script.stdout.strip() == expected
 
 
 @pytest.fixture
