@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -128,8 +128,13 @@ def run_demo(
     say(f"{'Finished' if drained else 'Gave up'} after {elapsed:.1f} s.")
     say()
     rows = _results(engine, pages)
-    for line in _table(rows):
+    earlier = {row.number for row in rows if row.status != "not analysed"} - {
+        page.number for page in pages if progress.ended(page.page_id)
+    }
+    for line in _table(rows, earlier):
         say(line)
+    if earlier:
+        say("  * an earlier run's analysis: this run did not finish that page")
     say()
     for line in _where(settings, database_label):
         say(line)
@@ -173,6 +178,11 @@ class _Progress:
             detail = f": {event.details.get('error', '')}"
         page = self._numbers[page_id]
         self._say(f"  [{ended}/{len(self._numbers)}] page {page} {event.type}{detail}")
+
+    def ended(self, page_id: uuid.UUID) -> bool:
+        """The page's job completed or failed an attempt during this run."""
+        with self._lock:
+            return page_id in self._ended
 
     def finished(self, engine: Engine) -> bool:
         """Every page completed or failed an attempt, or has no job left to run."""
@@ -283,16 +293,18 @@ def _results(engine: Engine, pages: Sequence[DemoPage]) -> list[PageRow]:
     return rows
 
 
-def _table(rows: Sequence[PageRow]) -> list[str]:
+def _table(rows: Sequence[PageRow], earlier: Set[int] = frozenset()) -> list[str]:
+    """The results table; pages in `earlier` (by number) show an earlier run's analysis."""
     lines = [f"{'page':>4}  {'status':<12}  {'duration':>8}  OCR text (one bubble per ' / ')"]
     for row in rows:
+        status = f"{row.status}*" if row.number in earlier else row.status
         duration = f"{row.duration_ms / 1000:.2f} s" if row.duration_ms is not None else "-"
         text = " / ".join(row.ocr_text.splitlines()) if row.ocr_text else "(no text)"
         if row.error and row.status != "done":
             text = f"error: {row.error}"
         if len(text) > TEXT_COLUMN_CHARS:
             text = text[: TEXT_COLUMN_CHARS - 1] + "…"
-        lines.append(f"{row.number:>4}  {row.status:<12}  {duration:>8}  {text}")
+        lines.append(f"{row.number:>4}  {status:<12}  {duration:>8}  {text}")
     return lines
 
 

@@ -166,3 +166,15 @@ def test_demo_says_why_nothing_is_analysed_while_the_model_server_is_down(
     assert "leasing nothing" in output
     assert "Gave up after" in output and "not analysed" in output
     assert "Traceback" not in output
+
+    # An analysis from an earlier run is shown as such, not as this run's work.
+    with psycopg.connect(_psycopg_url(database_url), autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO page_analysis (page_id, status, ocr_text, duration_ms) "
+            "SELECT id, 'done', 'earlier text', 1234 FROM pages"
+        )
+    again = _cli("demo", "--timeout", "3", env=env, cwd=tmp_path)
+    assert again.returncode == 1
+    rows = [line.split() for line in again.stdout.splitlines() if "earlier text" in line]
+    assert len(rows) == 4 and all(row[1] == "done*" for row in rows), again.stdout
+    assert "an earlier run's analysis: this run did not finish that page" in again.stdout
