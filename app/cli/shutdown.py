@@ -52,7 +52,12 @@ class GracefulStop:
             os._exit(EXIT_INTERRUPTED)
         logger.info("%s received: %s (again to exit at once)", name, self.what_happens)
         self.requested.set()
-        for stop in self._stops:
+        # Not here: a handler runs between two bytecodes of the main thread, which
+        # may hold the very lock a `stop` takes (an Event's, while waiting on it).
+        threading.Thread(target=self._stop_all, name="graceful-stop", daemon=True).start()
+
+    def _stop_all(self) -> None:
+        for stop in list(self._stops):
             stop()
 
     @contextmanager
