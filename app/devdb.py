@@ -91,7 +91,7 @@ def forget_dead_users(pgdata: Path, lock: Any) -> list[int]:
         if dead:
             path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
             logger.info(
-                "embedded Postgres in %s: forgot %d process(es) that exited without "
+                "embedded PostgreSQL in %s: forgot %d process(es) that exited without "
                 "letting go of it (pid %s)",
                 pgdata,
                 len(dead),
