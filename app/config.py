@@ -118,10 +118,11 @@ class Settings(BaseSettings):
         default=15.0, gt=0, description="How often queue depth is sampled for the metrics."
     )
 
-    @field_validator("database_url")
+    @field_validator("database_url", "listen_database_url")
     @classmethod
     def _postgres_only(cls, value: str | None) -> str | None:
-        # Unset or empty (as in a copied .env) means the embedded database.
+        # Unset or empty (as in a copied .env) means the default: the embedded
+        # database for DATABASE_URL, DATABASE_URL for LISTEN_DATABASE_URL.
         return check_postgres_url(value)
 
     @field_validator("vision_url")
