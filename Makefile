@@ -5,17 +5,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test run-worker migrate bench lint clean
+.PHONY: install test test-wheel run-worker migrate bench lint clean
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -e '.[test,dev,web]'
 	touch $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Builds the wheel, installs it with its dependencies into a fresh virtualenv
+# outside the checkout, and runs migrate, a Flask host and Django's
+# page_analysis_migrate from there (tests/wheel/; a minute or two).
+test-wheel: $(STAMP)
+	WHEEL_TEST=1 $(PY) -m pytest tests/wheel $(PYTEST_ARGS)
 
 run-worker: $(STAMP)
 	$(PY) -m app run-worker

@@ -1,5 +1,3 @@
-import sys
+from app.cli import run
 
-from app.cli import main
-
-sys.exit(main())
+run()

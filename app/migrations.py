@@ -1,4 +1,11 @@
-"""Running and checking alembic migrations from code (the CLI, `make migrate`)."""
+"""Running and checking alembic migrations from code (the CLI, Django's
+`page_analysis_migrate`, the tests).
+
+The migration scripts live in the checkout's top-level `alembic/` (where
+`alembic upgrade head` with the top-level `alembic.ini` finds them); the wheel
+carries the same folder as `app/_alembic/` (see setup.py), so an installed
+package migrates without a checkout.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +14,59 @@ from pathlib import Path
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, pool
 
 from alembic import command
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_ROOT = Path(__file__).resolve().parent
+PROJECT_ROOT = PACKAGE_ROOT.parent
+
+
+def script_location() -> Path:
+    """The folder of `env.py` and `versions/`: the installed package's copy, else the checkout's."""
+    packaged = PACKAGE_ROOT / "_alembic"
+    if (packaged / "env.py").is_file():
+        return packaged
+    return PROJECT_ROOT / "alembic"
 
 
 def alembic_config(url: str) -> Config:
-    """Alembic's config for `url`, from the project's alembic.ini, leaving logging alone."""
-    config = Config(str(PROJECT_ROOT / "alembic.ini"))
-    config.set_main_option("script_location", str(PROJECT_ROOT / "alembic"))
+    """Alembic's config for `url`; it leaves logging alone and needs no `alembic.ini`."""
+    config = Config()
+    config.set_main_option("script_location", str(script_location()))
+    config.set_main_option("path_separator", "os")
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logging"] = False
     return config
 
 
 def upgrade_head(url: str) -> None:
+    """Apply every pending migration to the database at `url`."""
     command.upgrade(alembic_config(url), "head")
+
+
+def head_revision() -> str | None:
+    """The newest revision of the migration scripts."""
+    return ScriptDirectory(str(script_location())).get_current_head()
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The database's revision; `None` when it was never migrated."""
+    with engine.connect() as conn:
+        return MigrationContext.configure(conn).get_current_revision()
 
 
 def revisions(engine: Engine) -> tuple[str | None, str | None]:
     """The database's revision and the head revision of the migrations."""
-    head = ScriptDirectory.from_config(alembic_config(str(engine.url))).get_current_head()
-    with engine.connect() as conn:
-        current = MigrationContext.configure(conn).get_current_revision()
-    return current, head
+    return current_revision(engine), head_revision()
+
+
+def migrate(url: str) -> tuple[str | None, str | None]:
+    """Bring the database at `url` to head; returns its revision before and after."""
+    engine = create_engine(url, poolclass=pool.NullPool)
+    try:
+        before = current_revision(engine)
+        upgrade_head(url)
+        return before, current_revision(engine)
+    finally:
+        engine.dispose()

@@ -11,10 +11,10 @@ and warmed up).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -28,13 +28,8 @@ from app.errors import ServiceError
 from app.storage import LocalStorage
 from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
-from app.worker.readiness import ReadinessGate
+from app.worker.readiness import Probe, ProbeAnswer, ReadinessGate
 from app.worker.runner import Runner
-
-if TYPE_CHECKING:
-    # Imported only for the `ocr` backend: it brings numpy and the OCR stack,
-    # which an `http` worker never needs (its memory stays under 100 MB).
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -80,8 +75,8 @@ def analysis_runner(
             max_side_px=settings.vision_max_side_px,
         )
         gate = ReadinessGate(
-            _reporting(lambda: vision.readiness().ready, vision_observer),
-            url=vision.name,
+            _reporting(vision.readiness, vision_observer),
+            name=vision.name,
             poll_seconds=settings.readiness_poll_seconds,
         )
         if events is None:
@@ -130,16 +125,16 @@ class AnalysisObserver(VisionObserver, Protocol):
         ...
 
 
-def _reporting(probe: Callable[[], bool], observer: AnalysisObserver | None) -> Callable[[], bool]:
+def _reporting(probe: Probe, observer: AnalysisObserver | None) -> Probe:
     if observer is None:
         return probe
 
-    def reported() -> bool:
-        ready = probe()
+    def reported() -> bool | ProbeAnswer:
+        answer = probe()
         try:
-            observer.vision_probed(ready)
+            observer.vision_probed(answer if isinstance(answer, bool) else answer.ready)
         except Exception:
             logger.exception("vision observer failed in vision_probed")
-        return ready
+        return answer
 
     return reported

@@ -1,28 +1,30 @@
-"""Command line: `python -m app run-worker | migrate | jobs ... | analyze ... |
-request-analysis PAGE_ID | import-pages FOLDER`; `python -m app COMMAND --help` for each.
+"""Command line: `python -m app run-worker | migrate | demo | import-pages FOLDER |
+request-analysis PAGE_ID | jobs ... | analyze ...`; `python -m app COMMAND --help`
+for each (the arguments are in `app.cli.parser`).
 
-Signal handlers live here, on the main thread, never in the library: a host
-web server owns its own signals.
+Signal handlers live here and in `app.cli.shutdown`, on the main thread, never
+in the library: a host web server owns its own signals.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
-import signal
 import sys
 import uuid
 from collections.abc import Sequence
 from decimal import Decimal
 from pathlib import Path
-from types import FrameType
 from typing import NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
+from app.cli.parser import EXIT_USAGE, build_parser
+from app.cli.shutdown import EXIT_INTERRUPTED, GracefulStop, exit_process, interrupt_on_stop_signals
 from app.config import Settings
 from app.db import database_url, make_engine
 from app.errors import ServiceError
@@ -31,77 +33,35 @@ from app.observability.logs import configure_logging
 logger = logging.getLogger("app.cli")
 
 EXIT_MIGRATIONS_PENDING = 2
-EXIT_SECOND_SIGNAL = 130
+EXIT_SECOND_SIGNAL = EXIT_INTERRUPTED
 EXIT_FAILED = 1
-EXIT_USAGE = 2
 
 OPERATOR_COMMANDS = ("jobs", "analyze", "request-analysis")
 """Commands whose output is for a person: their logging defaults to WARNING."""
+LONG_RUNNING = ("run-worker", "demo")
+"""Commands that stop gracefully on a signal (`GracefulStop`); the others are interrupted."""
 DB_CONNECT_TIMEOUT_SECONDS = 10
 """An operator command gives up on an unreachable database after this long."""
 
 
-class UsageParser(argparse.ArgumentParser):
-    """Bad usage exits 2 with the error and where to look (subparsers inherit this)."""
-
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(
-            EXIT_USAGE,
-            f"{self.prog}: error: {message}\nsee `{self.prog} --help` for what it accepts\n",
-        )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; returns its exit code (0 ok, 1 failed, 2 bad usage or
+    configuration, 130 interrupted)."""
     from app.cli import operator_commands as operator_cli
 
-    parser = UsageParser(prog="python -m app", description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument(
-        "--log-level",
-        default=os.environ.get("LOG_LEVEL"),
-        help="DEBUG, INFO, ... (default: LOG_LEVEL, else INFO; WARNING for operator commands)",
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    worker = commands.add_parser("run-worker", help="run the page-analysis workers")
-    worker.add_argument(
-        "--migrate",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="apply pending migrations first (default: only on the embedded dev database)",
-    )
-    commands.add_parser("migrate", help="alembic upgrade head on the configured database")
-    request = commands.add_parser(
-        "request-analysis",
-        help="enqueue analysis of a page and print the job id (POST api/pages/<id>/analysis)",
-    )
-    request.add_argument("page_id", type=operator_cli.uuid_arg("page"), metavar="PAGE_ID")
-    request.add_argument("--force", action="store_true", help="re-analyse even if done")
-    importer = commands.add_parser(
-        "import-pages", help="import a folder of images as a chapter and request analysis"
-    )
-    importer.add_argument("folder", type=Path)
-    importer.add_argument("--title", required=True)
-    importer.add_argument("--chapter", type=Decimal, default=Decimal(1))
-    demo = commands.add_parser(
-        "demo", help="import the sample manga, analyse it (no model server needed), show results"
-    )
-    demo.add_argument("--timeout", type=float, default=300.0, help="give up after this many s")
-    operator_cli.add_commands(commands)
+    parser = build_parser()
     args = parser.parse_args(argv)
     operator_cli.check_usage(args)
-
+    if args.command not in LONG_RUNNING:
+        interrupt_on_stop_signals()
     try:
-        settings = Settings()
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']).upper()}: {error['msg']}"
-            for error in exc.errors()
-        )
-        print(f"error: bad setting: {problems}", file=sys.stderr)
-        return EXIT_USAGE
-    default_level = "WARNING" if args.command in OPERATOR_COMMANDS else "INFO"
-    configure_logging((args.log_level or default_level).upper(), settings.log_format)
-    try:
+        try:
+            settings = Settings()
+        except ValidationError as exc:
+            print(f"error: {_settings_problem(exc)}", file=sys.stderr)
+            return EXIT_USAGE
+        default_level = "WARNING" if args.command in OPERATOR_COMMANDS else "INFO"
+        configure_logging((args.log_level or default_level).upper(), settings.log_format)
         return _dispatch(args, settings)
     except OperationalError as exc:
         _fatal(args.command, f"cannot reach the database: {_first_line(exc.orig)}")
@@ -116,7 +76,33 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.command,
             "the database has no job tables: run `python -m app migrate` (alembic upgrade head)",
         )
+    except KeyboardInterrupt:
+        print(f"{args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     return EXIT_FAILED
+
+
+def run() -> NoReturn:
+    """The console entry point: `main()`, then exit with its code."""
+    try:
+        code = main()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # Whoever read stdout went away (`... | head`): nothing left to say. Point
+        # stdout at /dev/null so the interpreter's own final flush stays quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = EXIT_FAILED
+    exit_process(code)
+
+
+def _settings_problem(exc: ValidationError) -> str:
+    """One line naming each bad variable and what it accepts."""
+    problems = []
+    for error in exc.errors():
+        variable = "_".join(str(part) for part in error["loc"]).upper()
+        message = str(error["msg"]).removeprefix("Value error, ")
+        problems.append(f"{variable}: {message}" if variable else message)
+    return "bad setting: " + "; ".join(problems)
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
@@ -127,7 +113,14 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "request-analysis":
         return request_analysis_command(settings, args.page_id, args.force)
     if args.command == "import-pages":
-        return import_pages_command(settings, args.folder, args.title, args.chapter)
+        return import_pages_command(
+            settings,
+            args.folder,
+            args.title,
+            args.chapter,
+            new_manga=args.new_manga,
+            as_json=args.json,
+        )
     if args.command == "demo":
         return demo_command(settings, args.timeout)
     if args.command in ("jobs", "analyze"):
@@ -167,17 +160,23 @@ MIGRATE_THROUGH_POOLER_HINT = (
 
 
 def migrate(settings: Settings) -> int:
-    from app.migrations import upgrade_head
+    from app.migrations import migrate as migrate_database
 
     url = database_url(settings)
     logger.info("applying migrations to %s", _safe_url(url))
+    # Alembic's own INFO lines say little here; the line printed below says what happened.
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
-        upgrade_head(url)
+        before, after = migrate_database(url)
     except SQLAlchemyError as exc:
         unreachable = "cannot reach the database: " if isinstance(exc, OperationalError) else ""
         cause = _first_line(getattr(exc, "orig", None) or exc)
         logger.error("migrate failed: %s%s (%s)", unreachable, cause, MIGRATE_THROUGH_POOLER_HINT)
         return EXIT_FAILED
+    if before == after:
+        print(f"database at revision {after} (head): nothing to do")
+    else:
+        print(f"database migrated from revision {before or '(empty)'} to {after} (head)")
     return 0
 
 
@@ -203,24 +202,52 @@ def request_analysis_command(settings: Settings, page_id: uuid.UUID, force: bool
     return 0
 
 
-def import_pages_command(settings: Settings, folder: Path, title: str, chapter: Decimal) -> int:
+def import_pages_command(
+    settings: Settings,
+    folder: Path,
+    title: str,
+    chapter: Decimal,
+    *,
+    new_manga: bool = False,
+    as_json: bool = False,
+) -> int:
+    """Import `folder` as a chapter; print what was created (ids people look for)."""
     from app.cli.importer import import_folder
 
     engine = make_engine(database_url(settings))
     try:
-        result = import_folder(engine, settings.storage_root, folder, title=title, chapter=chapter)
+        result = import_folder(
+            engine, settings.storage_root, folder, title=title, chapter=chapter, new_manga=new_manga
+        )
     except (OSError, ValueError) as exc:
-        logger.error("import failed: %s", exc)
-        return 1
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     finally:
         engine.dispose()
-    logger.info(
-        "imported %d page(s) of %r chapter %s (manga %s); analysis requested",
-        len(result.page_ids),
-        title,
-        chapter,
-        result.manga_id,
+    if as_json:
+        body = {
+            "manga_id": str(result.manga_id),
+            "chapter_id": str(result.chapter_id),
+            "created_manga": result.created_manga,
+            "pages": [
+                {
+                    "number": page.number,
+                    "page_id": str(page.page_id),
+                    "job_id": str(page.job_id) if page.job_id else None,
+                    "file": page.file,
+                }
+                for page in result.pages
+            ],
+        }
+        print(json.dumps(body, indent=2))
+        return 0
+    manga = "new manga" if result.created_manga else "existing manga"
+    print(
+        f"imported {len(result.pages)} page(s) of {title!r} chapter {chapter} into {manga} "
+        f"{result.manga_id} (chapter {result.chapter_id}); analysis requested"
     )
+    for page in result.pages:
+        print(f"  page {page.number:>3}  {page.page_id}  {page.file}")
     return 0
 
 
@@ -231,23 +258,34 @@ def demo_command(settings: Settings, timeout: float) -> int:
     # The demo prints its own progress; the worker's INFO lines would bury it.
     for chatty in ("app.worker", "app.analysis", "app.devdb", "alembic"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-    # It warns while the OCR model loads; the demo says so itself.
-    logging.getLogger("app.worker.readiness").setLevel(logging.ERROR)
+    # Why nothing is leased (a model server refusing, loading) must show; the OCR
+    # model's loading is announced by the demo itself.
+    readiness_level = logging.WARNING if settings.backend == "ocr" else logging.INFO
+    logging.getLogger("app.worker.readiness").setLevel(readiness_level)
     # Pick up the jobs as soon as the model is loaded, not a poll interval later.
     settings = settings.model_copy(update={"readiness_poll_seconds": 0.2, "idle_poll_seconds": 0.2})
-    print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")
-    url = database_url(settings)
-    upgrade_head(url)
-    engine = make_engine(url, pool_size=settings.analysis_workers * 2 + 2)
-    try:
-        return run_demo(
-            settings, engine, database_label=_safe_url(url), timeout=timeout, out=sys.stdout
-        )
-    except (ServiceError, OSError, ValueError) as exc:
-        logger.error("demo failed: %s", exc)
-        return 1
-    finally:
-        engine.dispose()
+    graceful = GracefulStop("stopping; the demo's jobs in flight are given back")
+    with graceful.installed():
+        print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")
+        url = database_url(settings)
+        upgrade_head(url)
+        if graceful.requested.is_set():
+            return EXIT_INTERRUPTED
+        engine = make_engine(url, pool_size=settings.analysis_workers * 2 + 2)
+        try:
+            return run_demo(
+                settings,
+                engine,
+                database_label=_safe_url(url),
+                timeout=timeout,
+                out=sys.stdout,
+                graceful=graceful,
+            )
+        except (ServiceError, OSError, ValueError) as exc:
+            logger.error("demo failed: %s", exc)
+            return EXIT_FAILED
+        finally:
+            engine.dispose()
 
 
 def _analyzer_label(settings: Settings) -> str:
@@ -259,6 +297,13 @@ def _analyzer_label(settings: Settings) -> str:
 
 
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
+    """Run the workers until a stop signal; 0 after a graceful stop."""
+    graceful = GracefulStop("stopping; in-flight jobs are released")
+    with graceful.installed():
+        return _run_worker(settings, migrate_first, graceful)
+
+
+def _run_worker(settings: Settings, migrate_first: bool | None, graceful: GracefulStop) -> int:
     from app.analysis.wiring import analysis_runner
     from app.migrations import revisions, upgrade_head
     from app.observability.metrics import serving_metrics, worker_metrics
@@ -280,6 +325,9 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
                 return EXIT_MIGRATIONS_PENDING
             logger.info("applying migrations (%s -> %s)", revision, head)
             upgrade_head(url)
+        if graceful.requested.is_set():
+            logger.info("run-worker stopped before it started")
+            return 0
 
         metrics = worker_metrics(settings)
         with (
@@ -297,30 +345,11 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
                 settings.analysis_workers,
                 settings.job_timeout_seconds,
             )
-            signals_seen = 0
-
-            def on_signal(signum: int, _frame: FrameType | None) -> None:
-                nonlocal signals_seen
-                signals_seen += 1
-                name = signal.Signals(signum).name
-                if signals_seen == 1:
-                    logger.info("%s received: stopping; in-flight jobs are released", name)
-                    runner.stop()
-                else:
-                    logger.warning("second %s: exiting now", name)
-                    os._exit(EXIT_SECOND_SIGNAL)
-
-            previous = {
-                sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)
-            }
-            try:
-                runner.start()
-                while not runner.wait_stopping(0.5):
-                    pass
-                runner.join(settings.shutdown_grace_seconds)
-            finally:
-                for sig, handler in previous.items():
-                    signal.signal(sig, handler)
+            graceful.on_stop(runner.stop)
+            runner.start()
+            while not runner.wait_stopping(0.5):
+                pass
+            runner.join(settings.shutdown_grace_seconds)
         logger.info("run-worker stopped")
         return 0
     finally:
@@ -328,4 +357,4 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    run()

@@ -17,7 +17,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -29,13 +29,22 @@ from app.analysis.events import analysis_event_bus
 from app.analysis.ocr import OcrAnalyzer
 from app.analysis.wiring import analysis_runner
 from app.cli.importer import IMAGE_SUFFIXES, import_folder
+from app.cli.shutdown import EXIT_INTERRUPTED, GracefulStop
 from app.config import DEFAULT_VISION_URL, Settings
 from app.models import Chapter, Job, Manga, Page, PageAnalysis
 from app.queue import KIND_ANALYZE_PAGE, request_analysis
 from app.worker.events import JobEvent
 
-SAMPLE_FOLDER: Final = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
-"""The sample pages shipped with the repository."""
+
+def _sample_folder() -> Path:
+    packaged = Path(__file__).resolve().parents[1] / "_sample_manga"  # the wheel's copy (setup.py)
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "examples" / "sample_manga"  # a checkout
+
+
+SAMPLE_FOLDER: Final = _sample_folder()
+"""The sample pages: `examples/sample_manga/`, shipped in the wheel as `app/_sample_manga/`."""
 SAMPLE_TITLE: Final = "Sample manga (make demo)"
 """Title of the demo's manga; a second run finds the manga by it."""
 SAMPLE_CHAPTER: Final = Decimal(1)
@@ -70,8 +79,10 @@ def run_demo(
     folder: Path = SAMPLE_FOLDER,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     out: TextIO,
+    graceful: GracefulStop | None = None,
 ) -> int:
-    """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages are done.
+    """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages
+    are done, 130 when `graceful` was asked to stop (the jobs in flight are given back).
 
     The database must be migrated. Worker threads are stopped and joined before returning.
     """
@@ -92,6 +103,8 @@ def run_demo(
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
+            if graceful is not None:
+                graceful.on_stop(runner.stop)
             runner.start()
             try:
                 drained = _wait(
@@ -105,11 +118,23 @@ def run_demo(
     finally:
         if ocr is not None:
             ocr.close()
-    say(f"{'Finished' if drained else 'Gave up'} after {time.monotonic() - started:.1f} s.")
+    elapsed = time.monotonic() - started
+    if graceful is not None and graceful.requested.is_set():
+        say(
+            f"Interrupted after {elapsed:.1f} s: pages being analysed were given back to the "
+            "queue; `make demo` (or make run-worker) picks them up again."
+        )
+        return EXIT_INTERRUPTED
+    say(f"{'Finished' if drained else 'Gave up'} after {elapsed:.1f} s.")
     say()
     rows = _results(engine, pages)
-    for line in _table(rows):
+    earlier = {row.number for row in rows if row.status != "not analysed"} - {
+        page.number for page in pages if progress.ended(page.page_id)
+    }
+    for line in _table(rows, earlier):
         say(line)
+    if earlier:
+        say("  * an earlier run's analysis: this run did not finish that page")
     say()
     for line in _where(settings, database_label):
         say(line)
@@ -154,6 +179,11 @@ class _Progress:
         page = self._numbers[page_id]
         self._say(f"  [{ended}/{len(self._numbers)}] page {page} {event.type}{detail}")
 
+    def ended(self, page_id: uuid.UUID) -> bool:
+        """The page's job completed or failed an attempt during this run."""
+        with self._lock:
+            return page_id in self._ended
+
     def finished(self, engine: Engine) -> bool:
         """Every page completed or failed an attempt, or has no job left to run."""
         self.announce_model()
@@ -191,7 +221,15 @@ def _prepare_pages(engine: Engine, storage_root: Path, folder: Path) -> tuple[li
                     shutil.copyfile(image, target)
                 request_analysis(conn, page.page_id, force=True)
             return [page for page, _key in existing], True
-    result = import_folder(engine, storage_root, folder, title=SAMPLE_TITLE, chapter=SAMPLE_CHAPTER)
+    # A sample manga with another number of pages (the samples changed): a fresh copy.
+    result = import_folder(
+        engine,
+        storage_root,
+        folder,
+        title=SAMPLE_TITLE,
+        chapter=SAMPLE_CHAPTER,
+        new_manga=existing is not None,
+    )
     return [DemoPage(page_id, n) for n, page_id in enumerate(result.page_ids, start=1)], False
 
 
@@ -255,16 +293,18 @@ def _results(engine: Engine, pages: Sequence[DemoPage]) -> list[PageRow]:
     return rows
 
 
-def _table(rows: Sequence[PageRow]) -> list[str]:
+def _table(rows: Sequence[PageRow], earlier: Set[int] = frozenset()) -> list[str]:
+    """The results table; pages in `earlier` (by number) show an earlier run's analysis."""
     lines = [f"{'page':>4}  {'status':<12}  {'duration':>8}  OCR text (one bubble per ' / ')"]
     for row in rows:
+        status = f"{row.status}*" if row.number in earlier else row.status
         duration = f"{row.duration_ms / 1000:.2f} s" if row.duration_ms is not None else "-"
         text = " / ".join(row.ocr_text.splitlines()) if row.ocr_text else "(no text)"
         if row.error and row.status != "done":
             text = f"error: {row.error}"
         if len(text) > TEXT_COLUMN_CHARS:
             text = text[: TEXT_COLUMN_CHARS - 1] + "…"
-        lines.append(f"{row.number:>4}  {row.status:<12}  {duration:>8}  {text}")
+        lines.append(f"{row.number:>4}  {status:<12}  {duration:>8}  {text}")
     return lines
 
 

@@ -1,8 +1,10 @@
 """Importing a folder of page images as a chapter: handy to try the worker.
 
 Images are copied into the storage root under `<manga id>/<chapter>/`, rows
-are created for the manga, chapter and pages, and analysis is requested for
-each page, all in one transaction.
+are created for the chapter and pages (and the manga, unless one with that
+title exists), and analysis is requested for each page, all in one
+transaction. Importing a chapter the manga already has is refused unless a
+new manga is asked for: two copies under one title could not be told apart.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 
-from sqlalchemy import Engine, insert
+from sqlalchemy import Connection, Engine, insert, select
 
 from app.models import Chapter, Manga, Page
 from app.queue import request_analysis
@@ -29,25 +31,69 @@ IMAGE_SUFFIXES = {
 
 
 @dataclass(frozen=True)
+class ImportedPage:
+    number: int
+    page_id: uuid.UUID
+    job_id: uuid.UUID | None
+    file: str
+
+
+@dataclass(frozen=True)
 class ImportResult:
     manga_id: uuid.UUID
     chapter_id: uuid.UUID
-    page_ids: list[uuid.UUID]
+    created_manga: bool
+    pages: list[ImportedPage]
+
+    @property
+    def page_ids(self) -> list[uuid.UUID]:
+        return [page.page_id for page in self.pages]
+
+
+class ChapterExists(ValueError):
+    """The manga with that title already has that chapter."""
+
+    def __init__(self, title: str, chapter: Decimal, manga_id: uuid.UUID) -> None:
+        super().__init__(
+            f"manga {title!r} ({manga_id}) already has chapter {chapter}: nothing imported. "
+            "Give another --chapter or --title, or --new-manga to import it as a new manga "
+            "with the same title"
+        )
+        self.manga_id = manga_id
 
 
 def import_folder(
-    engine: Engine, storage_root: Path, folder: Path, *, title: str, chapter: Decimal
+    engine: Engine,
+    storage_root: Path,
+    folder: Path,
+    *,
+    title: str,
+    chapter: Decimal,
+    new_manga: bool = False,
 ) -> ImportResult:
-    """Import the images of `folder` (sorted by name) as pages 1..n of a new chapter."""
+    """Import the images of `folder` (sorted by name) as pages 1..n of a new chapter.
+
+    The chapter goes into the newest manga titled `title`, or a new one when
+    there is none or `new_manga` is set. Raises `ChapterExists` when that manga
+    already has chapter `chapter` (and `new_manga` is not set), `ValueError`
+    when the folder holds no images.
+    """
     images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not images:
         raise ValueError(f"no page images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
     with engine.begin() as conn:
-        manga_id = conn.execute(insert(Manga).values(title=title).returning(Manga.id)).scalar_one()
+        manga_id = None if new_manga else _manga_titled(conn, title)
+        created_manga = manga_id is None
+        if manga_id is None:
+            manga_id = conn.execute(
+                insert(Manga).values(title=title).returning(Manga.id)
+            ).scalar_one()
+        elif _has_chapter(conn, manga_id, chapter):
+            raise ChapterExists(title, chapter, manga_id)
         chapter_id = conn.execute(
             insert(Chapter).values(manga_id=manga_id, number=chapter).returning(Chapter.id)
         ).scalar_one()
-        page_ids = []
+        pages = []
         for number, image in enumerate(images, start=1):
             key = f"{manga_id}/{chapter}/{number:04d}{image.suffix.lower()}"
             target = storage_root / key
@@ -63,6 +109,20 @@ def import_folder(
                 )
                 .returning(Page.id)
             ).scalar_one()
-            request_analysis(conn, page_id)
-            page_ids.append(page_id)
-    return ImportResult(manga_id, chapter_id, page_ids)
+            job_id = request_analysis(conn, page_id)
+            pages.append(ImportedPage(number, page_id, job_id, image.name))
+    return ImportResult(manga_id, chapter_id, created_manga, pages)
+
+
+def _manga_titled(conn: Connection, title: str) -> uuid.UUID | None:
+    manga_id: uuid.UUID | None = conn.execute(
+        select(Manga.id).where(Manga.title == title).order_by(Manga.created_at.desc()).limit(1)
+    ).scalar_one_or_none()
+    return manga_id
+
+
+def _has_chapter(conn: Connection, manga_id: uuid.UUID, number: Decimal) -> bool:
+    found = conn.execute(
+        select(Chapter.id).where(Chapter.manga_id == manga_id, Chapter.number == number).limit(1)
+    ).first()
+    return found is not None

@@ -127,7 +127,9 @@ def add_commands(commands: Any) -> None:
         "or --all-dead (optionally with --kind). A dead job whose page already has a job "
         "pending or running is left dead.",
     )
-    retry.add_argument("job_ids", nargs="*", type=uuid_arg("job"), metavar="ID")
+    retry.add_argument(
+        "job_ids", nargs="*", type=uuid_arg("job"), metavar="ID", help="ids of dead jobs"
+    )
     retry.add_argument("--all-dead", action="store_true", help="retry every dead job")
     retry.add_argument("--kind", help="with --all-dead: only dead jobs of this kind")
     retry.set_defaults(retry_parser=retry)
@@ -159,9 +161,13 @@ def add_commands(commands: Any) -> None:
         f"failed, in batches of {BATCH_SIZE}; on a terminal it shows a progress bar.",
     )
     target = analyze.add_mutually_exclusive_group(required=True)
-    target.add_argument("--page", type=uuid_arg("page"), metavar="ID")
-    target.add_argument("--chapter", type=uuid_arg("chapter"), metavar="ID")
-    target.add_argument("--manga", type=uuid_arg("manga"), metavar="ID")
+    target.add_argument("--page", type=uuid_arg("page"), metavar="ID", help="this one page")
+    target.add_argument(
+        "--chapter", type=uuid_arg("chapter"), metavar="ID", help="every page of this chapter"
+    )
+    target.add_argument(
+        "--manga", type=uuid_arg("manga"), metavar="ID", help="every page of this manga"
+    )
     target.add_argument("--missing", action="store_true", help="every page with no done analysis")
     analyze.add_argument(
         "--force", action="store_true", help="re-analyse pages even if already analysed"

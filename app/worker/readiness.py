@@ -1,4 +1,4 @@
-"""The readiness gate: workers lease nothing while the model server is not ready."""
+"""The readiness gate: workers lease nothing while what the jobs need is not ready."""
 
 from __future__ import annotations
 
@@ -6,8 +6,34 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 logger = logging.getLogger(__name__)
+
+DEFAULT_REMIND_SECONDS = 60.0
+"""While the gate stays closed, it says so again this often."""
+
+
+class ProbeAnswer(Protocol):
+    """What a probe may answer instead of a plain `bool`.
+
+    `reason` says, for people, why it is not ready (`"refused the connection"`,
+    `"answered 503: Loading model"`); `starting` is True while that is expected
+    (a model still loading), which is logged at INFO rather than WARNING.
+    """
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def reason(self) -> str: ...
+
+    @property
+    def starting(self) -> bool: ...
+
+
+Probe = Callable[[], "bool | ProbeAnswer"]
+"""Quick, never raises: any failure is a not-ready answer."""
 
 
 class ReadinessGate:
@@ -16,50 +42,83 @@ class ReadinessGate:
     `wait_ready` returns `True` once the probe says ready, or `False` when
     `stop` is set first. A ready answer is reused for `fresh_seconds` so N
     workers do not probe N times; while not ready, it re-probes every
-    `poll_seconds`. Only transitions are logged, naming the URL.
+    `poll_seconds`.
+
+    Log lines name the gate by `name` (what the jobs wait for, e.g.
+    `"vision server at http://127.0.0.1:8080/health"`): the gate closing is
+    logged once with the probe's reason, again when the reason changes, and
+    every `remind_seconds` while it stays closed; opening is logged once.
     """
 
     def __init__(
         self,
-        probe: Callable[[], bool],
+        probe: Probe,
         *,
-        url: str,
+        name: str,
         poll_seconds: float = 2.0,
         fresh_seconds: float = 1.0,
+        remind_seconds: float = DEFAULT_REMIND_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._probe = probe
-        self.url = url
+        self.name = name
         self.poll_seconds = poll_seconds
         self.fresh_seconds = fresh_seconds
+        self.remind_seconds = remind_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._ready: bool | None = None
+        self._reason = ""
         self._checked_at = float("-inf")
+        self._closed_since = 0.0
+        self._reported_at = 0.0
 
     @property
     def ready(self) -> bool | None:
         """The last probe's answer; `None` before the first probe."""
         return self._ready
 
+    @property
+    def reason(self) -> str:
+        """Why the last probe said not ready (empty when ready, or when the probe gave none)."""
+        return self._reason
+
     def check(self) -> bool:
         """Probe now unless a ready answer is still fresh."""
         with self._lock:
-            if self._ready and self._clock() - self._checked_at < self.fresh_seconds:
+            now = self._clock()
+            if self._ready and now - self._checked_at < self.fresh_seconds:
                 return True
-            ready = self._probe()
-            self._checked_at = self._clock()
-            if ready != self._ready:
-                if ready:
-                    logger.info("vision server %s is ready; leasing jobs", self.url)
-                else:
-                    logger.warning(
-                        "vision server %s is not ready; leasing nothing, re-probing every %.0f s",
-                        self.url,
-                        self.poll_seconds,
-                    )
-            self._ready = ready
+            answer = self._probe()
+            if isinstance(answer, bool):
+                ready, reason, starting = answer, "", False
+            else:
+                ready, reason, starting = answer.ready, answer.reason, answer.starting
+            now = self._checked_at = self._clock()
+            if ready:
+                if self._ready is not True:
+                    logger.info("%s is ready; leasing jobs", self.name)
+            elif self._ready is not False:
+                self._closed_since = self._reported_at = now
+                self._log_closed(reason, starting, since=None)
+            elif reason != self._reason or now - self._reported_at >= self.remind_seconds:
+                self._reported_at = now
+                self._log_closed(reason, starting, since=now - self._closed_since)
+            self._ready, self._reason = ready, ("" if ready else reason)
             return ready
+
+    def _log_closed(self, reason: str, starting: bool, *, since: float | None) -> None:
+        level = logging.INFO if starting else logging.WARNING
+        why = f": {reason}" if reason else ""
+        still = "" if since is None else f" (for {since:.0f} s)"
+        logger.log(
+            level,
+            "%s is not ready%s%s; leasing nothing, retrying every %g s",
+            self.name,
+            why,
+            still,
+            self.poll_seconds,
+        )
 
     def recheck(self) -> None:
         """Forget a fresh ready answer, so the next `check` probes again: after a

@@ -91,7 +91,8 @@ def test_sigterm_while_the_model_loads_exits_zero_within_seconds(database_url, t
     reader = threading.Thread(target=lambda: lines.extend(process.stdout or []), daemon=True)
     reader.start()
     try:
-        wait_until(lambda: any("run-worker: database" in line for line in lines), timeout=60)
+        loading = "is not ready: the OCR models are loading"
+        (gate_line,) = wait_until(lambda: [line for line in lines if loading in line], timeout=60)
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         code = process.wait(timeout=20)
@@ -102,6 +103,8 @@ def test_sigterm_while_the_model_loads_exits_zero_within_seconds(database_url, t
     reader.join(5)
     assert code == 0, "".join(lines)
     assert elapsed < 12, f"shutdown waited {elapsed:.1f} s for the model load"
+    assert " INFO " in gate_line, gate_line  # loading is expected, not a warning
+    assert "Traceback" not in "".join(lines) and "terminate called" not in "".join(lines)
 
 
 def test_run_worker_refuses_to_start_without_the_ocr_model(

@@ -292,7 +292,7 @@ def test_recheck_makes_the_gate_probe_again_despite_a_fresh_answer():
         probes.append(True)
         return len(probes) == 1  # ready once, then down
 
-    gate = ReadinessGate(probe, url="http://model", fresh_seconds=60)
+    gate = ReadinessGate(probe, name="model server", fresh_seconds=60)
     assert gate.check() and gate.check()
     assert len(probes) == 1  # the fresh answer was reused
     gate.recheck()

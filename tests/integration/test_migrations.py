@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from alembic import command
-from app.migrations import alembic_config
+from app.migrations import alembic_config, current_revision, head_revision
 from app.models import Base
 
 
@@ -50,5 +55,28 @@ def test_the_comparison_does_notice_a_drift(empty_database_url):
             op[0] == "add_index" and op[1].name == "uq_crawler_jobs_analyze_page_inflight"
             for op in diff
         )
+    finally:
+        engine.dispose()
+
+
+def test_alembic_upgrade_head_from_the_checkout_uses_the_top_level_alembic_ini(
+    empty_database_url, tmp_path
+):
+    """`alembic upgrade head` as a person runs it in a checkout (DATABASE_URL from the
+    environment), beside `python -m app migrate` that the installed package uses."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DATABASE_URL": empty_database_url}
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "upgrade", "head"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    engine = create_engine(empty_database_url)
+    try:
+        assert current_revision(engine) == head_revision() is not None
     finally:
         engine.dispose()

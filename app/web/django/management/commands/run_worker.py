@@ -7,10 +7,11 @@ import logging
 import os
 from typing import Any, ClassVar
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand
 from django.db import connections
 
 from app.cli import commands as cli
+from app.cli.shutdown import exit_process
 from app.web.django.apps import page_analysis_app
 
 
@@ -50,10 +51,13 @@ class Command(BaseCommand):
             os.environ["LISTEN_DATABASE_URL"] = listen_url
         argv = ["--log-level", options["log_level"], "run-worker"]
         argv.append("--migrate" if options["migrate"] else "--no-migrate")
+        # The CLI handles SIGINT, SIGTERM and SIGHUP: the first stops the
+        # runner gracefully (in-flight jobs released), a second exits at once.
         code = cli.main(argv)
         if code == cli.EXIT_MIGRATIONS_PENDING:
             logging.getLogger("app.cli").error(
                 "bring the schema to head with `python manage.py page_analysis_migrate`"
             )
-        if code != 0:
-            raise CommandError(f"run-worker exited with {code}", returncode=code)
+        # This process is the worker's: end it here, as `python -m app` does (a
+        # thread still inside the OCR engine must not see the interpreter finalise).
+        exit_process(code)
