@@ -262,6 +262,7 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     from app.analysis.wiring import analysis_runner
     from app.migrations import revisions, upgrade_head
     from app.observability.metrics import serving_metrics, worker_metrics
+    from app.queue import KIND_ANALYZE_PAGE
 
     if migrate_first is None:
         migrate_first = not settings.database_url
@@ -281,7 +282,7 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
             logger.info("applying migrations (%s -> %s)", revision, head)
             upgrade_head(url)
 
-        metrics = worker_metrics(settings)
+        metrics = worker_metrics(settings, kinds=[KIND_ANALYZE_PAGE])
         with (
             serving_metrics(settings, engine, metrics),
             analysis_runner(

@@ -9,8 +9,8 @@ from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from app.analysis.answer import Analysis
+from app.db import Conn
 from app.models import PageAnalysis
-from app.queue.jobs import Conn
 
 ERROR_MAX_CHARS = 2000
 """`error` keeps the start of long messages."""

@@ -1,0 +1,117 @@
+"""Inserting pending jobs: one payload, or many in one statement.
+
+Dedup: a partial unique index (one in-flight job per page for
+`analyze_page`, per chapter for `sync_chapter_content`) may skip an insert.
+`ON CONFLICT DO NOTHING` makes a skipped insert raise nothing, so the
+caller's transaction stays usable; the answer says which were skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from app.db import Conn
+from app.queue.payloads import JobPayload
+from app.queue.table import run
+
+# Columns left out take their server defaults, so the defaults live in one
+# place (the schema): each statement below comes in up to four forms, one
+# per set of optional columns given, each built once.
+_OPTIONAL = (("scheduled_at", "timestamptz"), ("max_attempts", "integer"))
+
+
+def _optional(with_scheduled_at: bool, with_max_attempts: bool) -> tuple[str, str]:
+    """The optional columns' names and their bound values, each with a leading comma."""
+    chosen = [
+        column
+        for column, wanted in zip(_OPTIONAL, (with_scheduled_at, with_max_attempts), strict=True)
+        if wanted
+    ]
+    names = "".join(f", {name}" for name, _ in chosen)
+    values = "".join(f", %({name})s::{sql_type}" for name, sql_type in chosen)
+    return names, values
+
+
+@functools.cache
+def _insert_one(with_scheduled_at: bool, with_max_attempts: bool) -> str:
+    names, values = _optional(with_scheduled_at, with_max_attempts)
+    return (
+        f"INSERT INTO crawler_jobs (payload{names}) VALUES (%(payload)s::jsonb{values}) "
+        "ON CONFLICT DO NOTHING RETURNING id"
+    )
+
+
+@functools.cache
+def _insert_many(with_scheduled_at: bool, with_max_attempts: bool) -> str:
+    # The payloads travel as ONE JSON array (one parameter, parsed once by the
+    # server) beside an array of ids made here, so the answer maps back to
+    # the payloads. `ORDER BY n` inserts in the caller's order: within one
+    # call, the first of two payloads for the same page wins the dedup slot.
+    names, values = _optional(with_scheduled_at, with_max_attempts)
+    return (
+        f"INSERT INTO crawler_jobs (id, payload{names}) SELECT v.id, v.payload{values} "
+        "FROM ROWS FROM (unnest(%(ids)s::uuid[]), jsonb_array_elements(%(payloads)s::jsonb)) "
+        "WITH ORDINALITY AS v(id, payload, n) ORDER BY v.n "
+        "ON CONFLICT DO NOTHING RETURNING id"
+    )
+
+
+def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    options: dict[str, Any] = {}
+    if scheduled_at is not None:
+        options["scheduled_at"] = scheduled_at
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    return options
+
+
+def enqueue(
+    conn: Conn,
+    payload: JobPayload,
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> uuid.UUID | None:
+    """Insert a pending job and return its id; `None` when a dedup index skipped it.
+
+    One statement; a skipped insert raises nothing, so the caller's
+    transaction stays usable.
+    """
+    params = _options(scheduled_at, max_attempts)
+    statement = _insert_one(scheduled_at is not None, max_attempts is not None)
+    params["payload"] = payload.model_dump_json()
+    job_id: uuid.UUID | None = run(conn, statement, params).scalar_one_or_none()
+    return job_id
+
+
+def enqueue_many(
+    conn: Conn,
+    payloads: Sequence[JobPayload],
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> list[uuid.UUID | None]:
+    """Insert pending jobs in ONE statement; one entry per payload, in order:
+    the job's id, or `None` where a dedup index skipped it (also when an
+    earlier payload of the same call took the slot).
+
+    Like `enqueue`, a skipped insert raises nothing.
+    """
+    params = _options(scheduled_at, max_attempts)
+    if not payloads:
+        return []
+    ids = [uuid.uuid4() for _ in payloads]
+    params["ids"] = ids
+    params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
+    statement = _insert_many(scheduled_at is not None, max_attempts is not None)
+    inserted = {row[0] for row in run(conn, statement, params)}
+    return [job_id if job_id in inserted else None for job_id in ids]
+
+
+__all__ = ["enqueue", "enqueue_many"]
