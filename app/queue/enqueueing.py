@@ -19,8 +19,8 @@ from app.queue.payloads import JobPayload
 from app.queue.table import run
 
 # Columns left out take their server defaults, so the defaults live in one
-# place (the schema): each statement below comes in up to four forms, one
-# per set of optional columns given, each built once.
+# place (the schema): each statement comes in up to four forms, one per set
+# of optional columns given, each built once.
 _OPTIONAL = (("scheduled_at", "timestamptz"), ("max_attempts", "integer"))
 
 
@@ -37,27 +37,21 @@ def _optional(with_scheduled_at: bool, with_max_attempts: bool) -> tuple[str, st
 
 
 @functools.cache
-def _insert_one(with_scheduled_at: bool, with_max_attempts: bool) -> str:
+def _insert(many: bool, with_scheduled_at: bool, with_max_attempts: bool) -> str:
     names, values = _optional(with_scheduled_at, with_max_attempts)
-    return (
-        f"INSERT INTO crawler_jobs (payload{names}) VALUES (%(payload)s::jsonb{values}) "
-        "ON CONFLICT DO NOTHING RETURNING id"
-    )
-
-
-@functools.cache
-def _insert_many(with_scheduled_at: bool, with_max_attempts: bool) -> str:
-    # The payloads travel as ONE JSON array (one parameter, parsed once by the
-    # server) beside an array of ids made here, so the answer maps back to
-    # the payloads. `ORDER BY n` inserts in the caller's order: within one
-    # call, the first of two payloads for the same page wins the dedup slot.
-    names, values = _optional(with_scheduled_at, with_max_attempts)
-    return (
-        f"INSERT INTO crawler_jobs (id, payload{names}) SELECT v.id, v.payload{values} "
-        "FROM ROWS FROM (unnest(%(ids)s::uuid[]), jsonb_array_elements(%(payloads)s::jsonb)) "
-        "WITH ORDINALITY AS v(id, payload, n) ORDER BY v.n "
-        "ON CONFLICT DO NOTHING RETURNING id"
-    )
+    if many:
+        # The payloads travel as ONE JSON array (one parameter, parsed once by
+        # the server) beside an array of ids made here, so the answer maps back
+        # to the payloads. `ORDER BY n` inserts in the caller's order: within
+        # one call, the first of two payloads for the same page wins the slot.
+        rows = (
+            f"(id, payload{names}) SELECT v.id, v.payload{values} FROM ROWS FROM ("
+            "unnest(%(ids)s::uuid[]), jsonb_array_elements(%(payloads)s::jsonb)"
+            ") WITH ORDINALITY AS v(id, payload, n) ORDER BY v.n"
+        )
+    else:
+        rows = f"(payload{names}) VALUES (%(payload)s::jsonb{values})"
+    return f"INSERT INTO crawler_jobs {rows} ON CONFLICT DO NOTHING RETURNING id"
 
 
 def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
@@ -84,7 +78,7 @@ def enqueue(
     transaction stays usable.
     """
     params = _options(scheduled_at, max_attempts)
-    statement = _insert_one(scheduled_at is not None, max_attempts is not None)
+    statement = _insert(False, scheduled_at is not None, max_attempts is not None)
     params["payload"] = payload.model_dump_json()
     job_id: uuid.UUID | None = run(conn, statement, params).scalar_one_or_none()
     return job_id
@@ -109,7 +103,7 @@ def enqueue_many(
     ids = [uuid.uuid4() for _ in payloads]
     params["ids"] = ids
     params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
-    statement = _insert_many(scheduled_at is not None, max_attempts is not None)
+    statement = _insert(True, scheduled_at is not None, max_attempts is not None)
     inserted = {row[0] for row in run(conn, statement, params)}
     return [job_id if job_id in inserted else None for job_id in ids]
 

@@ -366,17 +366,35 @@ _RETRY: Final = (
 
 _RETRY_IDS: Final = _RETRY.format(candidates="SELECT unnest(%(ids)s::uuid[]) AS id")
 
-# The newest dead job per dedup slot (page or chapter; every other job is its
-# own slot) whose slot is free. The literal kinds and states let the planner
-# probe the partial unique indexes for the in-flight check.
-_DEAD_CANDIDATES: Final = """
+_DEDUP_SLOTS: Final = (("analyze_page", "page_id"), ("sync_chapter_content", "chapter_id"))
+"""The kinds with one in-flight job per slot (a partial unique index each), and
+the payload field that names the slot."""
+
+
+def _slot_of(kind: str, field: str) -> str:
+    return f"WHEN '{kind}' THEN '{kind}:' || (d.payload ->> '{field}')"
+
+
+def _slot_taken(kind: str, field: str) -> str:
+    # The literal kind and states let the planner probe that kind's partial
+    # unique index for the in-flight check.
+    return (
+        f"(dead.payload ->> 'kind' = '{kind}' AND EXISTS ("
+        f"SELECT 1 FROM crawler_jobs f WHERE f.payload ->> 'kind' = '{kind}' "
+        "AND f.state IN ('pending', 'running') "
+        f"AND f.payload ->> '{field}' = dead.payload ->> '{field}'))"
+    )
+
+
+# The newest dead job per dedup slot (every job of another kind is its own
+# slot) whose slot is free.
+_DEAD_CANDIDATES: Final = f"""
     SELECT DISTINCT ON (slot) id
     FROM (
         SELECT d.id, d.updated_at, d.payload,
                coalesce(
                    CASE d.payload ->> 'kind'
-                       WHEN 'analyze_page' THEN 'p:' || (d.payload ->> 'page_id')
-                       WHEN 'sync_chapter_content' THEN 'c:' || (d.payload ->> 'chapter_id')
+                       {" ".join(_slot_of(kind, field) for kind, field in _DEDUP_SLOTS)}
                    END,
                    d.id::text
                ) AS slot
@@ -384,18 +402,7 @@ _DEAD_CANDIDATES: Final = """
         WHERE d.state = 'dead'
           AND (CAST(%(kind)s AS text) IS NULL OR d.payload ->> 'kind' = %(kind)s)
     ) dead
-    WHERE NOT (
-            dead.payload ->> 'kind' = 'analyze_page' AND EXISTS (
-                SELECT 1 FROM crawler_jobs f
-                WHERE f.payload ->> 'kind' = 'analyze_page'
-                  AND f.state IN ('pending', 'running')
-                  AND f.payload ->> 'page_id' = dead.payload ->> 'page_id'))
-      AND NOT (
-            dead.payload ->> 'kind' = 'sync_chapter_content' AND EXISTS (
-                SELECT 1 FROM crawler_jobs f
-                WHERE f.payload ->> 'kind' = 'sync_chapter_content'
-                  AND f.state IN ('pending', 'running')
-                  AND f.payload ->> 'chapter_id' = dead.payload ->> 'chapter_id'))
+    WHERE NOT {" AND NOT ".join(_slot_taken(kind, field) for kind, field in _DEDUP_SLOTS)}
     ORDER BY slot, dead.updated_at DESC, dead.id DESC
 """
 
@@ -431,28 +438,3 @@ def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
 def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     """Dead jobs (of `kind`, if given), most recently updated first."""
     return [row[0] for row in run(conn, _DEAD_IDS, {"kind": kind})]
-
-
-__all__ = [
-    "Reclaim",
-    "ack_dead",
-    "ack_dead_many",
-    "ack_done",
-    "ack_done_many",
-    "ack_failed",
-    "ack_failed_many",
-    "dead_job_ids",
-    "dead_letter",
-    "holds",
-    "reap_done",
-    "reclaim_expired",
-    "reclaim_orphaned",
-    "release",
-    "release_many",
-    "release_unowned",
-    "release_unowned_many",
-    "renew",
-    "renew_many",
-    "retry_all_dead",
-    "retry_dead",
-]
