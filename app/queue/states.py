@@ -17,12 +17,13 @@ round trip.
 
 from __future__ import annotations
 
+import functools
 import logging
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from app.db import Conn
 from app.errors import PayloadError
@@ -47,16 +48,20 @@ def _fenced(set_clause: str, *per_row: tuple[str, str]) -> str:
     )
 
 
-_END_ATTEMPT: Final = _fenced(
-    "state = %(state)s, "
-    "scheduled_at = coalesce(now() + v.delay, j.scheduled_at), "
-    "last_error = coalesce(v.error, j.last_error), "
-    # The attempt ended and its worker survived it: only reclaims in a row
-    # count towards a crash loop (see reclaim_expired).
-    "reclaim_count = 0, leased_until = NULL, updated_at = now()",
-    ("error", "text"),
-    ("delay", "interval"),
-)
+@functools.cache
+def _end_attempt(state: str) -> str:
+    """The fenced end of attempts in `state` (written inline: a plan per state)."""
+    return _fenced(
+        f"state = '{state}', "
+        "scheduled_at = coalesce(now() + v.delay, j.scheduled_at), "
+        "last_error = coalesce(v.error, j.last_error), "
+        # The attempt ended and its worker survived it: only reclaims in a row
+        # count towards a crash loop (see reclaim_expired).
+        "reclaim_count = 0, leased_until = NULL, updated_at = now()",
+        ("error", "text"),
+        ("delay", "interval"),
+    )
+
 
 _RENEW: Final = _fenced("leased_until = now() + %(lease_duration)s::interval, updated_at = now()")
 
@@ -128,7 +133,7 @@ def _ids(result: Iterable[Any]) -> set[uuid.UUID]:
 
 def _end_attempts(
     conn: Conn,
-    state: str,
+    state: Literal["done", "pending", "dead"],
     held: Sequence[tuple[uuid.UUID, int]],
     errors: Sequence[str] = (),
     delays: Sequence[timedelta] = (),
@@ -138,13 +143,12 @@ def _end_attempts(
     if not held:
         return set()
     params = {
-        "state": state,
         "ids": [job_id for job_id, _ in held],
         "generations": [generation for _, generation in held],
         "errors": [truncate_error(error) for error in errors],
         "delays": list(delays),
     }
-    return _ids(run(conn, _END_ATTEMPT, params))
+    return _ids(run(conn, _end_attempt(state), params))
 
 
 def _sorted(leases: Iterable[Lease]) -> list[Lease]:

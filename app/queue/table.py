@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import ColumnElement, CursorResult, Table, literal_column
-from sqlalchemy.orm import Session
+from sqlalchemy import ColumnElement, Connection, CursorResult, Table, literal_column
 from sqlalchemy.util.typing import TupleAny
 
 from app.db import Conn
@@ -88,9 +87,11 @@ def run(
 
     `exec_driver_sql` hands the text and parameters straight to psycopg, while
     SQLAlchemy still translates driver errors and notices lost connections. A
-    `Session` is flushed first when it autoflushes, as `Session.execute` would.
+    session is flushed first when it autoflushes, as `Session.execute` would.
     """
-    if isinstance(conn, Session):
+    if not isinstance(conn, Connection):
+        # A Session, or a scoped_session standing in for one (Flask-SQLAlchemy's
+        # `db.session`).
         if conn.autoflush:
             conn.flush()
         conn = conn.connection()

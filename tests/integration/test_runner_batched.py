@@ -201,7 +201,9 @@ def test_shutdown_releases_all_in_one_statement_and_skips_a_stale_lease(engine):
     ids = fill(engine, 3)
     handler = HoldingHandler()
     with (
-        statements_like(engine, "state = 'pending', attempts = greatest") as releases,
+        statements_like(
+            engine, "lease_generation + 1, leased_until = NULL, updated_at = now() FROM unnest"
+        ) as releases,
         running(engine, handler, workers=3) as (runner, recorder),
     ):
         wait_until(lambda: len(handler.started) == 3)
