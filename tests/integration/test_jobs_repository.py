@@ -154,6 +154,8 @@ def test_lease_filters_by_kind_and_none_means_any(engine):
         assert [held.id for held in lease(conn, KIND_ANALYZE_PAGE, 10, MINUTE)] == [analysis]
         assert [held.id for held in lease(conn, KIND_ANALYZE_PAGE, 10, MINUTE)] == []
         assert lease_kinds(conn, [], 10, MINUTE) == []
+        # Kinds are written into the statement: quotes and `%` must stay data.
+        assert lease_kinds(conn, ["o'clock", "50%(x)s off"], 10, MINUTE) == []
         assert {
             held.id for held in lease_kinds(conn, [KIND_SYNC_MANGA, "unknown"], 10, MINUTE)
         } == {crawl}
