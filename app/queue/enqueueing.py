@@ -38,25 +38,31 @@ def _optional(with_scheduled_at: bool, with_max_attempts: bool) -> tuple[str, st
 
 @functools.cache
 def _insert(many: bool, with_scheduled_at: bool, with_max_attempts: bool) -> str:
-    # Ids are made here, so the answer maps back to the payloads without
-    # reading rows back.
     names, values = _optional(with_scheduled_at, with_max_attempts)
     if not many:
-        # No RETURNING: the row count says whether the dedup index skipped it,
-        # and a statement that returns no rows costs the client less.
-        rows = f"VALUES (%(id)s::uuid, %(payload)s::jsonb{values})"
-        return f"INSERT INTO crawler_jobs (id, payload{names}) {rows} ON CONFLICT DO NOTHING"
+        # The id is made by the caller and nothing is returned: the row count
+        # says whether the dedup index skipped the row, and a statement that
+        # returns no rows costs the client less.
+        return (
+            f"INSERT INTO crawler_jobs (id, payload{names}) "
+            f"VALUES (%(id)s::uuid, %(payload)s::jsonb{values}) ON CONFLICT DO NOTHING"
+        )
     # The payloads travel as ONE JSON array (one parameter, parsed once by the
-    # server). `ORDER BY n` inserts in the caller's order: within one call,
-    # the first of two payloads for the same page wins the slot.
-    rows = (
-        f"SELECT v.id, v.payload{values} FROM ROWS FROM ("
-        "unnest(%(ids)s::uuid[]), jsonb_array_elements(%(payloads)s::jsonb)"
-        ") WITH ORDINALITY AS v(id, payload, n) ORDER BY v.n"
-    )
-    return (
-        f"INSERT INTO crawler_jobs (id, payload{names}) {rows} ON CONFLICT DO NOTHING RETURNING id"
-    )
+    # server); each gets its id and its ordinal `n` in the CTE, and the answer
+    # is `(n, id)` of the rows inserted. `ORDER BY n` inserts in the caller's
+    # order: within one call, the first of two payloads for the same page wins
+    # the slot.
+    return f"""
+        WITH v AS MATERIALIZED (
+            SELECT gen_random_uuid() AS id, payload, n
+            FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
+        ), inserted AS (
+            INSERT INTO crawler_jobs (id, payload{names})
+            SELECT id, payload{values} FROM v ORDER BY n
+            ON CONFLICT DO NOTHING RETURNING id
+        )
+        SELECT v.n, v.id FROM inserted JOIN v USING (id)
+    """
 
 
 def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
@@ -105,12 +111,12 @@ def enqueue_many(
     params = _options(scheduled_at, max_attempts)
     if not payloads:
         return []
-    ids = [uuid.uuid4() for _ in payloads]
-    params["ids"] = ids
     params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
     statement = _insert(True, scheduled_at is not None, max_attempts is not None)
-    inserted = {row[0] for row in run(conn, statement, params)}
-    return [job_id if job_id in inserted else None for job_id in ids]
+    job_ids: list[uuid.UUID | None] = [None] * len(payloads)
+    for ordinal, job_id in run(conn, statement, params).all():
+        job_ids[ordinal - 1] = job_id
+    return job_ids
 
 
 __all__ = ["enqueue", "enqueue_many"]
