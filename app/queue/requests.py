@@ -30,9 +30,8 @@ _RACE_RETRIES: Final = 3
 """An in-flight job can finish between our insert and our look-up; try again."""
 
 # One probe of the in-flight index per page (LATERAL ... LIMIT 1 keeps the
-# planner from hashing the whole in-flight set). The row is locked so the
-# job cannot finish (nor be released) before our transaction ends; a job that
-# finished while we waited for its lock is not found, and is requested anew.
+# planner from hashing the whole in-flight set). Nothing is locked here: a
+# job that finishes meanwhile was still the job that analysed the page.
 _IN_FLIGHT: Final = """
     SELECT wanted.page_id, in_flight.id, in_flight.state, in_flight.forced
     FROM unnest(%(page_ids)s::text[]) AS wanted(page_id)
@@ -41,13 +40,15 @@ _IN_FLIGHT: Final = """
         WHERE payload ->> 'kind' = 'analyze_page' AND payload ->> 'page_id' = wanted.page_id
           AND state IN ('pending', 'running')
         LIMIT 1
-        FOR UPDATE
     ) AS in_flight
 """
 
+# Only while still in flight (checked again under the row's lock), and in id
+# order like every batch, so it never deadlocks with the acker.
 _FORCE: Final = (
     "UPDATE crawler_jobs SET payload = payload || '{\"force\": true}'::jsonb, "
-    "updated_at = now() WHERE id = ANY(%(ids)s::uuid[])"
+    "updated_at = now() WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('pending', 'running') "
+    "RETURNING id, state"
 )
 
 
@@ -106,23 +107,26 @@ def request_analysis(conn: Conn, page_id: uuid.UUID, force: bool = False) -> uui
 
 
 def _in_flight(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> dict[uuid.UUID, uuid.UUID]:
-    """The in-flight job of each page that has one, locked; with `force`,
-    marked forced, and released if running (the rule is here only)."""
+    """The in-flight job of each page that has one; with `force`, marked forced,
+    and released if running (the rule is here only). A job to force that
+    finished meanwhile is left out, so its page is requested anew."""
     if not page_ids:
         return {}
     by_text = {str(page_id): page_id for page_id in page_ids}
-    rows = run(conn, _IN_FLIGHT, {"page_ids": list(by_text)}).all()
-    to_force = [row for row in rows if force and not row.forced]
+    found = {row.id: row for row in run(conn, _IN_FLIGHT, {"page_ids": list(by_text)})}
+    to_force = sorted(job_id for job_id, row in found.items() if force and not row.forced)
     if to_force:
-        run(conn, _FORCE, {"ids": sorted(row.id for row in to_force)})
-        running = {row.id: row.page_id for row in to_force if row.state == "running"}
+        forced: dict[uuid.UUID, str] = dict(run(conn, _FORCE, {"ids": to_force}).tuples().all())
+        for job_id in set(to_force) - set(forced):
+            del found[job_id]
+        running = [job_id for job_id, state in forced.items() if state == "running"]
         for job_id in release_unowned_many(conn, running):
             logger.info(
                 "job %s for page %s was running; released to restart as forced",
                 job_id,
-                running[job_id],
+                found[job_id].page_id,
             )
-    return {by_text[row.page_id]: row.id for row in rows}
+    return {by_text[row.page_id]: job_id for job_id, row in found.items()}
 
 
 __all__ = ["BATCH_SIZE", "Requested", "request_analysis", "request_analysis_many"]
