@@ -116,7 +116,7 @@ def _in_flight(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> dict[uu
     found = {row.id: row for row in run(conn, _IN_FLIGHT, {"page_ids": list(by_text)})}
     to_force = sorted(job_id for job_id, row in found.items() if force and not row.forced)
     if to_force:
-        forced: dict[uuid.UUID, str] = dict(run(conn, _FORCE, {"ids": to_force}).tuples().all())
+        forced = {job_id: state for job_id, state in run(conn, _FORCE, {"ids": to_force})}
         for job_id in set(to_force) - set(forced):
             del found[job_id]
         running = [job_id for job_id, state in forced.items() if state == "running"]
