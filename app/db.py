@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeAlias
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
+
+Conn: TypeAlias = Connection | Session
+"""What every repository function takes first: a SQLAlchemy `Connection` or
+`Session`, on which it executes without ever committing or rolling back."""
 
 
 def database_url(settings: Settings) -> str:

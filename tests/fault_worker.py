@@ -19,8 +19,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from app.db import make_engine
-from app.queue import KIND_SYNC_MANGA
-from app.queue.jobs import Lease
+from app.queue import KIND_SYNC_MANGA, Lease
 from app.worker import JobContext, Runner
 
 

@@ -15,13 +15,13 @@ from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects.postgresql import UUID as PG_UUID
 
 from app.models import Chapter, Manga, Page
-from app.queue.jobs import text_literal
 from app.queue.payloads import (
     KIND_ANALYZE_PAGE,
     KIND_SYNC_CHAPTER_CONTENT,
     KIND_SYNC_CHAPTER_LIST,
     KIND_SYNC_MANGA,
 )
+from app.queue.table import text_literal
 
 
 def _uuid_or_null(text_value: ColumnElement[Any]) -> ColumnElement[Any]:

@@ -21,27 +21,23 @@ from typing import Any, Final, cast
 from sqlalchemy import (
     ColumnElement,
     Table,
-    func,
     select,
     tuple_,
 )
 
 from app.admin.labels import label, with_labels
 from app.admin.retry import check_kind, retry_dead_jobs, retry_job
+from app.db import Conn
 from app.errors import AdminError, BadRequest, Conflict, NotFound
 from app.models import JOB_STATES, Page, PageAnalysis
-from app.queue.jobs import KIND, PENDING, Conn, jobs, payload_field, text_literal
-from app.queue.payloads import ALL_KINDS
 from app.queue.requests import request_analysis
+from app.queue.stats import queue_stats
+from app.queue.table import KIND, jobs, payload_field
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
-
-UNKNOWN_KIND: Final = "unknown"
-"""The stats key for rows whose payload has no `kind` (written by a foreign writer)."""
-
 
 # --- input parsing -------------------------------------------------------------
 
@@ -93,34 +89,6 @@ def parse_force_body(raw: bytes) -> bool:
     if not isinstance(force, bool):
         raise BadRequest("force must be true or false")
     return force
-
-
-# --- stats -------------------------------------------------------------------
-
-
-def queue_stats(conn: Conn) -> dict[str, Any]:
-    """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
-
-    Every known kind is listed with every state (zeros included), so a page
-    or a script can read any cell without checking; kinds found in rows but
-    unknown to this package are listed too. The age is `now() - scheduled_at`
-    of the oldest pending job that is due (`scheduled_at <= now()`): jobs
-    waiting out a backoff are not late. `None` when nothing is due.
-    """
-    kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
-    rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
-    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in ALL_KINDS}
-    for row_kind, state, number in rows:
-        counts.setdefault(row_kind, dict.fromkeys(JOB_STATES, 0))[state] = int(number)
-    age = conn.execute(
-        select(func.extract("epoch", func.now() - func.min(jobs.c.scheduled_at))).where(
-            jobs.c.state == PENDING, jobs.c.scheduled_at <= func.now()
-        )
-    ).scalar_one()
-    return {
-        "jobs": counts,
-        "oldest_pending_age_seconds": None if age is None else float(age),
-    }
 
 
 # --- listing -----------------------------------------------------------------

@@ -10,11 +10,13 @@ import logging
 import uuid
 from typing import Any, Final
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from app.db import Conn
 from app.errors import BadRequest, Conflict, NotFound
-from app.queue.jobs import DEAD, PENDING, Conn, jobs, payload_field
+from app.queue.states import dead_job_ids, retry_all_dead, retry_dead
+from app.queue.table import jobs
 
 logger = logging.getLogger(__name__)
 
@@ -69,7 +71,7 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
     check_kind(kind)
     try:
         with conn.begin_nested():
-            retried = [row.id for row in conn.execute(_RETRY_ALL_DEAD, {"kind": kind})]
+            retried = retry_all_dead(conn, kind)
     except IntegrityError as exc:
         if _constraint(exc) not in DEDUP_INDEXES:
             raise
@@ -79,58 +81,10 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
     return retried
 
 
-# The newest dead job per dedup slot (page or chapter; every other job is its
-# own slot) whose slot is free. The literal kinds and states let the planner
-# probe the partial unique indexes for the in-flight check.
-_RETRY_ALL_DEAD = text(
-    """
-    WITH candidates AS (
-        SELECT DISTINCT ON (slot) id
-        FROM (
-            SELECT d.id, d.updated_at, d.payload,
-                   coalesce(
-                       CASE d.payload ->> 'kind'
-                           WHEN 'analyze_page' THEN 'p:' || (d.payload ->> 'page_id')
-                           WHEN 'sync_chapter_content' THEN 'c:' || (d.payload ->> 'chapter_id')
-                       END,
-                       d.id::text
-                   ) AS slot
-            FROM crawler_jobs d
-            WHERE d.state = 'dead'
-              AND (CAST(:kind AS text) IS NULL OR d.payload ->> 'kind' = :kind)
-        ) dead
-        WHERE NOT (
-                dead.payload ->> 'kind' = 'analyze_page' AND EXISTS (
-                    SELECT 1 FROM crawler_jobs f
-                    WHERE f.payload ->> 'kind' = 'analyze_page'
-                      AND f.state IN ('pending', 'running')
-                      AND f.payload ->> 'page_id' = dead.payload ->> 'page_id'))
-          AND NOT (
-                dead.payload ->> 'kind' = 'sync_chapter_content' AND EXISTS (
-                    SELECT 1 FROM crawler_jobs f
-                    WHERE f.payload ->> 'kind' = 'sync_chapter_content'
-                      AND f.state IN ('pending', 'running')
-                      AND f.payload ->> 'chapter_id' = dead.payload ->> 'chapter_id'))
-        ORDER BY slot, dead.updated_at DESC, dead.id DESC
-    )
-    UPDATE crawler_jobs j
-    SET state = 'pending', attempts = 0, reclaim_count = 0,
-        leased_until = NULL, scheduled_at = now(), updated_at = now()
-    FROM candidates
-    WHERE j.id = candidates.id AND j.state = 'dead'
-    RETURNING j.id
-    """
-)
-
-
 def _retry_dead_one_by_one(conn: Conn, kind: str | None) -> list[uuid.UUID]:
-    statement = select(jobs.c.id).where(jobs.c.state == DEAD)
-    if kind is not None:
-        statement = statement.where(payload_field("kind") == kind)
-    dead = conn.execute(statement.order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())).scalars()
     retried: list[uuid.UUID] = []
     # One savepoint per job: a dedup clash skips that job, not the batch.
-    for job_id in list(dead):
+    for job_id in dead_job_ids(conn, kind):
         try:
             if _retry_one(conn, job_id):
                 retried.append(job_id)
@@ -147,24 +101,11 @@ def _constraint(exc: IntegrityError) -> str | None:
 def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
     """`True` if the job was dead and is now pending; `False` if it was not dead.
     `Conflict` (nothing changed) when its dedup slot is taken."""
-    statement = (
-        update(jobs)
-        .where(jobs.c.id == job_id, jobs.c.state == DEAD)
-        .values(
-            state=PENDING,
-            attempts=0,
-            reclaim_count=0,
-            leased_until=None,
-            scheduled_at=func.now(),
-            updated_at=func.now(),
-        )
-        .returning(jobs.c.id)
-    )
     try:
         # The savepoint confines a unique violation to this statement, so the
         # caller's transaction (a host's request, say) is still usable after.
         with conn.begin_nested():
-            return conn.execute(statement).first() is not None
+            return job_id in retry_dead(conn, [job_id])
     except IntegrityError as exc:
         if _constraint(exc) not in DEDUP_INDEXES:
             raise

@@ -12,7 +12,7 @@ from sqlalchemy import Connection
 from app.analysis.analyzer import Analyzer, VisionResult
 from app.analysis.images import prepare_image
 from app.config import DEFAULT_MAX_SIDE_PX
-from app.queue.jobs import Lease
+from app.queue import Lease
 from app.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from app.repos.page_analysis import get_status, save_done, save_failed
 from app.repos.pages import PageContext, get_page_context

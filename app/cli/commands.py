@@ -307,6 +307,7 @@ def _run_worker(settings: Settings, migrate_first: bool | None, graceful: Gracef
     from app.analysis.wiring import analysis_runner
     from app.migrations import revisions, upgrade_head
     from app.observability.metrics import serving_metrics, worker_metrics
+    from app.queue import KIND_ANALYZE_PAGE
 
     if migrate_first is None:
         migrate_first = not settings.database_url
@@ -329,7 +330,7 @@ def _run_worker(settings: Settings, migrate_first: bool | None, graceful: Gracef
             logger.info("run-worker stopped before it started")
             return 0
 
-        metrics = worker_metrics(settings)
+        metrics = worker_metrics(settings, kinds=[KIND_ANALYZE_PAGE])
         with (
             serving_metrics(settings, engine, metrics),
             analysis_runner(

@@ -1,7 +1,7 @@
 """The operator commands: `jobs stats|list|retry|reap|reclaim` and `analyze`.
 
 Entry points only: they parse arguments, call `app.admin`, `app.queue` and
-`app.analysis.bulk`, and turn the answer into a table (or, with `--json`,
+`app.repos.pages`, and turn the answer into a table (or, with `--json`,
 exactly the JSON body of the matching admin API route). Exit codes: 0 ok,
 1 the command failed (unknown id, conflict), 2 bad usage.
 """
@@ -14,19 +14,10 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
 from app import admin
-from app.analysis.bulk import (
-    BATCH_SIZE,
-    NoSuchTarget,
-    RequestCounts,
-    Target,
-    count_missing,
-    missing_page_ids,
-    request_many,
-    target_page_ids,
-)
+from app.admin.analyze import NoSuchTarget, RequestCounts, request_pages, target_page_ids
 from app.cli.tables import (
     Progress,
     duration_text,
@@ -37,8 +28,10 @@ from app.cli.tables import (
     time_text,
 )
 from app.models import JOB_STATES
-from app.queue.jobs import jobs as jobs_table
-from app.queue.jobs import payload_field, reap_done, reclaim_expired
+from app.queue.requests import BATCH_SIZE
+from app.queue.states import reap_done, reclaim_expired
+from app.queue.stats import count_dead
+from app.repos.pages import PageGroup, count_unanalysed, unanalysed_page_ids
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
@@ -261,7 +254,7 @@ def jobs_retry(
 ) -> int:
     if all_dead:
         with engine.begin() as conn:
-            dead_before = _count_dead(conn, kind)
+            dead_before = count_dead(conn, kind)
             retried = admin.retry_dead_jobs(conn, kind=kind)
         what = f"dead {kind} job(s)" if kind else "dead job(s)"
         print(f"retried {len(retried)} {what}: back to pending, attempts reset")
@@ -285,13 +278,6 @@ def jobs_retry(
             continue
         print(f"job {job_id}: back to pending, attempts reset")
     return code
-
-
-def _count_dead(conn: Any, kind: str | None) -> int:
-    statement = select(func.count()).select_from(jobs_table).where(jobs_table.c.state == "dead")
-    if kind is not None:
-        statement = statement.where(payload_field("kind") == kind)
-    return int(conn.execute(statement).scalar_one())
 
 
 def jobs_reap(engine: Engine, days: int) -> int:
@@ -331,22 +317,22 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
     try:
         if args.missing:
             with engine.connect() as conn:
-                total = count_missing(conn)
+                total = count_unanalysed(conn)
             progress = Progress(total, sys.stderr) if sys.stderr.isatty() else None
             after: uuid.UUID | None = None
             while True:
                 # One transaction per batch: short locks, and an interrupted
                 # run keeps what it enqueued.
                 with engine.begin() as conn:
-                    batch = missing_page_ids(conn, after=after, limit=BATCH_SIZE)
+                    batch = unanalysed_page_ids(conn, after=after, limit=BATCH_SIZE)
                     if not batch:
                         break
-                    counts.add(request_many(conn, batch, force=args.force))
+                    counts.add(request_pages(conn, batch, force=args.force))
                 after = batch[-1]
                 if progress:
                     progress.advance(len(batch), counts.enqueued, counts.skipped)
         else:
-            target: Target = "page" if args.page else "chapter" if args.chapter else "manga"
+            target: PageGroup = "page" if args.page else "chapter" if args.chapter else "manga"
             target_id: uuid.UUID = args.page or args.chapter or args.manga
             with engine.connect() as conn:
                 page_ids = target_page_ids(conn, target, target_id)
@@ -355,7 +341,7 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
             for start in range(0, len(page_ids), BATCH_SIZE):
                 batch = page_ids[start : start + BATCH_SIZE]
                 with engine.begin() as conn:
-                    counts.add(request_many(conn, batch, force=args.force))
+                    counts.add(request_pages(conn, batch, force=args.force))
                 if progress:
                     progress.advance(len(batch), counts.enqueued, counts.skipped)
     except NoSuchTarget as exc:

@@ -24,10 +24,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.admin import queue_stats
 from app.config import Settings
 from app.errors import ServiceError
-from app.queue.payloads import KIND_ANALYZE_PAGE
+from app.queue.stats import queue_stats
 from app.worker.observer import OUTCOMES
 
 logger = logging.getLogger(__name__)
@@ -138,7 +137,7 @@ class WorkerMetrics:
     # --- sampling ------------------------------------------------------------
 
     def set_queue(self, stats: dict[str, Any]) -> None:
-        """Update `queue_jobs` from `app.admin.queue_stats` output; series of
+        """Update `queue_jobs` from `app.queue.queue_stats` output; series of
         kinds that are gone are removed."""
         seen: set[tuple[str, str]] = set()
         for kind, states in stats["jobs"].items():
@@ -241,12 +240,13 @@ class MetricsServerError(ServiceError):
     retryable = False
 
 
-def worker_metrics(settings: Settings) -> WorkerMetrics | None:
-    """The page-analysis worker's metrics on a new registry; `None` when `METRICS_PORT`
+def worker_metrics(settings: Settings, *, kinds: Sequence[str]) -> WorkerMetrics | None:
+    """A worker's metrics on a new registry, its per-kind series created for
+    `kinds` (the job kinds its runner handles); `None` when `METRICS_PORT`
     is unset (then nothing is counted at all)."""
     if settings.metrics_port is None:
         return None
-    return WorkerMetrics(CollectorRegistry(), kinds=[KIND_ANALYZE_PAGE])
+    return WorkerMetrics(CollectorRegistry(), kinds=kinds)
 
 
 @contextmanager

@@ -1,23 +1,9 @@
-"""The durable job queue on Postgres: payloads, the jobs repository, backoff."""
+"""The durable job queue on Postgres: payloads, enqueueing, leasing, every state
+change of a job, backoff, analysis requests and queue stats."""
 
 from app.queue.backoff import apply_jitter, backoff_base, backoff_for
-from app.queue.batch import ack_done_many, enqueue_many, release_many, renew_many
-from app.queue.jobs import (
-    Lease,
-    ack_dead,
-    ack_done,
-    ack_failed,
-    enqueue,
-    holds,
-    lease,
-    lease_kinds,
-    reap_done,
-    reclaim_expired,
-    reclaim_orphaned,
-    release,
-    release_unowned,
-    renew,
-)
+from app.queue.enqueueing import enqueue, enqueue_many
+from app.queue.leasing import lease, lease_kinds
 from app.queue.payloads import (
     KIND_ANALYZE_PAGE,
     KIND_SYNC_CHAPTER_CONTENT,
@@ -30,39 +16,68 @@ from app.queue.payloads import (
     SyncManga,
     decode_payload,
 )
-from app.queue.requests import request_analysis
+from app.queue.requests import Requested, request_analysis, request_analysis_many
+from app.queue.states import (
+    Reclaim,
+    ack_dead,
+    ack_dead_many,
+    ack_done,
+    ack_done_many,
+    ack_failed,
+    ack_failed_many,
+    reap_done,
+    reclaim_expired,
+    reclaim_orphaned,
+    release,
+    release_many,
+    release_unowned,
+    release_unowned_many,
+    renew,
+    renew_many,
+)
+from app.queue.stats import queue_stats
+from app.queue.table import CRASH_LOOP_ERROR, RECLAIM_LIMIT, WAKEUP_CHANNEL, Lease
 
 __all__ = [
+    "CRASH_LOOP_ERROR",
     "KIND_ANALYZE_PAGE",
     "KIND_SYNC_CHAPTER_CONTENT",
     "KIND_SYNC_CHAPTER_LIST",
     "KIND_SYNC_MANGA",
+    "RECLAIM_LIMIT",
+    "WAKEUP_CHANNEL",
     "AnalyzePage",
     "JobPayload",
     "Lease",
+    "Reclaim",
+    "Requested",
     "SyncChapterContent",
     "SyncChapterList",
     "SyncManga",
     "ack_dead",
+    "ack_dead_many",
     "ack_done",
     "ack_done_many",
     "ack_failed",
+    "ack_failed_many",
     "apply_jitter",
     "backoff_base",
     "backoff_for",
     "decode_payload",
     "enqueue",
     "enqueue_many",
-    "holds",
     "lease",
     "lease_kinds",
+    "queue_stats",
     "reap_done",
     "reclaim_expired",
     "reclaim_orphaned",
     "release",
     "release_many",
     "release_unowned",
+    "release_unowned_many",
     "renew",
     "renew_many",
     "request_analysis",
+    "request_analysis_many",
 ]

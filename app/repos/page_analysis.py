@@ -10,8 +10,8 @@ from typing import Any, Final, cast
 from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects.postgresql import insert
 
+from app.db import Conn
 from app.models import PageAnalysis
-from app.queue.jobs import Conn
 
 ERROR_MAX_CHARS: Final = 2000
 """`error` keeps the start of long messages."""

@@ -1,15 +1,18 @@
-"""Pages repository: what the worker needs to know about a page."""
+"""Pages repository: what the worker needs to know about a page, and which pages a
+request for analysis covers."""
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Literal
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, exists, func, select
 
-from app.models import Chapter, Manga, Page
-from app.queue.jobs import Conn
+from app.db import Conn
+from app.models import Chapter, Manga, Page, PageAnalysis
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +58,57 @@ def get_page_context(conn: Conn, page_id: uuid.UUID) -> PageContext | None:
         manga_id=row.manga_id,
         manga_title=row.manga_title,
     )
+
+
+# --- selections for requests of analysis ------------------------------------------
+
+PageGroup = Literal["page", "chapter", "manga"]
+
+
+def page_ids_of(conn: Conn, group: PageGroup, group_id: uuid.UUID) -> list[uuid.UUID] | None:
+    """The pages of a page, chapter or manga, in reading order; `None` when
+    that page, chapter or manga does not exist (one without pages gives `[]`)."""
+    key = {"page": Page.id, "chapter": Chapter.id, "manga": Manga.id}[group]
+    if conn.execute(select(key).where(key == group_id)).first() is None:
+        return None
+    if group == "page":
+        return [group_id]
+    statement = select(Page.id).join(Chapter, Chapter.id == Page.chapter_id)
+    if group == "chapter":
+        statement = statement.where(Page.chapter_id == group_id)
+    else:
+        statement = statement.where(Chapter.manga_id == group_id)
+    statement = statement.order_by(Chapter.number, Page.number, Page.id)
+    return list(conn.execute(statement).scalars())
+
+
+def _analysed() -> ColumnElement[bool]:
+    return exists().where(PageAnalysis.page_id == Page.id, PageAnalysis.status == "done")
+
+
+def count_unanalysed(conn: Conn) -> int:
+    """Pages with no `done` analysis: never analysed, or whose analysis failed."""
+    statement = select(func.count()).select_from(Page).where(~_analysed())
+    return int(conn.execute(statement).scalar_one())
+
+
+def unanalysed_page_ids(
+    conn: Conn, *, after: uuid.UUID | None = None, limit: int = 1000
+) -> list[uuid.UUID]:
+    """The next `limit` pages (by id, after `after`) with no `done` analysis.
+
+    Keyset pagination: pass the last id of one batch as `after` for the next,
+    so pages requested meanwhile (still without a done analysis) are not seen twice.
+    """
+    statement = select(Page.id).where(~_analysed())
+    if after is not None:
+        statement = statement.where(Page.id > after)
+    return list(conn.execute(statement.order_by(Page.id).limit(limit)).scalars())
+
+
+def analysed_page_ids(conn: Conn, page_ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Those of `page_ids` whose analysis is `done`."""
+    statement = select(PageAnalysis.page_id).where(
+        PageAnalysis.page_id.in_(page_ids), PageAnalysis.status == "done"
+    )
+    return set(conn.execute(statement).scalars())

@@ -27,7 +27,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from app.queue.batch import ack_done_many
+from app.queue import ack_done_many
 from app.worker.dbsession import DatabaseUnavailable, DbSession
 from app.worker.inflight import InFlight
 from app.worker.outage import DatabaseOutage

@@ -18,7 +18,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from app.queue.jobs import Lease, Reclaim, reclaim_expired
+from app.queue import Lease, Reclaim, reclaim_expired
 from app.worker.handler import JobContext, JobHandler
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
-from app.queue.jobs import Lease
+from app.queue import Lease
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")

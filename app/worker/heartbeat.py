@@ -26,8 +26,7 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from app.queue.batch import release_many, renew_many
-from app.queue.jobs import reap_done
+from app.queue import reap_done, release_many, renew_many
 from app.worker.dbsession import DatabaseUnavailable, DbSession, short_error
 from app.worker.inflight import InFlight, InFlightJobs, JobState
 from app.worker.outage import DatabaseOutage

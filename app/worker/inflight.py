@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.queue.jobs import Lease
+from app.queue import Lease
 from app.worker.handler import JobContext, JobHandler, handler_log_fields
 
 logger = logging.getLogger(__name__)

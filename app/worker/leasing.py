@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from app.queue.jobs import Lease, lease_kinds
+from app.queue import Lease, lease_kinds
 from app.worker.dbsession import DatabaseUnavailable, DbSession, is_transient_db_error
 from app.worker.handler import JobHandler
 from app.worker.inflight import InFlight, InFlightJobs, new_job

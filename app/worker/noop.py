@@ -9,7 +9,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.queue.jobs import Lease
+from app.queue import Lease
 from app.worker.handler import JobContext, JobHandler
 
 

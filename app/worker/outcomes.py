@@ -27,7 +27,7 @@ from tenacity import (
 )
 
 from app.errors import ServiceError, without_reprs
-from app.queue.jobs import Lease, ack_dead, ack_failed, release
+from app.queue import Lease, ack_dead, ack_failed, release
 from app.worker.dbsession import is_transient_db_error, short_error
 from app.worker.events import EventBus, JobEvent
 from app.worker.inflight import InFlight, InFlightJobs

@@ -21,7 +21,7 @@ import psycopg
 from sqlalchemy import Engine
 
 from app.db import connect_kwargs
-from app.queue.jobs import WAKEUP_CHANNEL
+from app.queue import WAKEUP_CHANNEL
 from app.worker.dbsession import short_error
 from app.worker.outage import DatabaseOutage
 from app.worker.service import ThreadService

@@ -8,8 +8,10 @@ from datetime import timedelta
 from sqlalchemy import text
 
 from app.queue import (
+    CRASH_LOOP_ERROR,
     KIND_ANALYZE_PAGE,
     KIND_SYNC_MANGA,
+    RECLAIM_LIMIT,
     AnalyzePage,
     SyncManga,
     ack_failed,
@@ -18,7 +20,6 @@ from app.queue import (
     reclaim_expired,
     reclaim_orphaned,
 )
-from app.queue.jobs import CRASH_LOOP_ERROR, RECLAIM_LIMIT
 from tests.helpers import expire_lease, job_row
 from tests.worker_support import png_bytes
 

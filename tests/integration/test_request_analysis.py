@@ -7,7 +7,14 @@ from datetime import timedelta
 
 import pytest
 
-from app.queue import KIND_ANALYZE_PAGE, ack_done, lease, request_analysis
+from app.queue import (
+    KIND_ANALYZE_PAGE,
+    ack_done,
+    lease,
+    release_unowned,
+    request_analysis,
+    request_analysis_many,
+)
 from tests.helpers import count, job_row
 
 MINUTE = timedelta(minutes=1)
@@ -88,3 +95,27 @@ def test_after_the_job_is_done_a_new_request_makes_a_new_job(engine):
     assert second not in (None, first)
     with engine.connect() as conn:
         assert job_row(conn, second).payload["force"] is True
+
+
+def test_a_request_for_many_pages_is_the_single_request_for_each(engine):
+    new, pending, running, twice = (uuid.uuid4() for _ in range(4))
+    with engine.begin() as conn:
+        pending_job = request_analysis(conn, pending)
+        running_job = request_analysis(conn, running)
+    with engine.begin() as conn:
+        leased = {job.id: job for job in lease(conn, KIND_ANALYZE_PAGE, 2, MINUTE)}
+        release_unowned(conn, pending_job)  # only the one job stays running
+    held = leased[running_job]
+    with engine.begin() as conn:
+        requested = request_analysis_many(conn, [new, pending, running, twice, twice], force=True)
+    assert (requested.enqueued, requested.in_flight) == (2, 2)
+    job_ids = requested.job_ids
+    assert job_ids[1:3] == [pending_job, running_job] and job_ids[3] == job_ids[4]
+    assert len({job_ids[0], job_ids[3], pending_job, running_job}) == 4
+    with engine.connect() as conn:
+        forced = [job_row(conn, job_id) for job_id in (pending_job, running_job)]
+        fresh = job_row(conn, job_ids[0])
+    assert all(row.payload["force"] is True and row.state == "pending" for row in forced)
+    assert forced[1].lease_generation == held.lease_generation + 1
+    assert fresh.payload["force"] is True
+    assert count(engine, "SELECT count(*) FROM crawler_jobs") == 4

@@ -16,8 +16,15 @@ from typing import Any
 
 from sqlalchemy import Engine, event, text
 
-from app.queue import KIND_SYNC_MANGA, SyncManga, enqueue, enqueue_many, lease, release_unowned
-from app.queue.jobs import Lease
+from app.queue import (
+    KIND_SYNC_MANGA,
+    Lease,
+    SyncManga,
+    enqueue,
+    enqueue_many,
+    lease,
+    release_unowned,
+)
 from app.worker import JobContext, NoopHandler, Runner
 from app.worker.events import EventBus, JobEvent
 from tests.helpers import count, job_row, wait_until
@@ -217,7 +224,9 @@ def test_shutdown_releases_all_in_one_statement_and_skips_a_stale_lease(engine):
     ids = fill(engine, 3)
     handler = HoldingHandler()
     with (
-        statements_like(engine, "state = 'pending', attempts = greatest") as releases,
+        statements_like(
+            engine, "lease_generation + 1, leased_until = NULL, updated_at = now() FROM unnest"
+        ) as releases,
         running(engine, handler, workers=3) as (runner, recorder),
     ):
         wait_until(lambda: len(handler.started) == 3)
@@ -427,7 +436,7 @@ def test_runner_connections_never_prepare_statements(engine):
     """A prepared batch statement would get a generic plan that trusts stale
     statistics (no running rows) and loops over every running row per id:
     the runner's connections plan each batch for what it is."""
-    from app.queue.batch import ack_done_many
+    from app.queue import ack_done_many
     from app.worker.dbsession import DbSession, runner_outage
 
     fill(engine, 3)

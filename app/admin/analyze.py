@@ -1,0 +1,70 @@
+"""Requesting analysis of many pages: a chapter, a manga, or every page that
+has no usable analysis yet (`python -m app analyze`).
+
+The pages are chosen through `app.repos.pages`, requested through
+`app.queue.request_analysis_many` (dedup, and the rule for forcing a job in
+flight, live there) and counted here. Every function takes `conn` first and
+never commits: the caller commits once per batch, so a long run keeps its
+transactions short and an interrupted run keeps what it enqueued.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from app.db import Conn
+from app.errors import NotFound
+from app.queue.requests import request_analysis_many
+from app.repos.pages import PageGroup, analysed_page_ids, page_ids_of
+
+
+class NoSuchTarget(NotFound):
+    """The page, chapter or manga asked for does not exist."""
+
+
+@dataclass
+class RequestCounts:
+    """What requests for many pages did. `skipped` = `in_flight` + `already_done`."""
+
+    enqueued: int = 0
+    in_flight: int = 0
+    """A job was already pending or running for the page (dedup); with `force`,
+    that job was marked forced instead."""
+    already_done: int = 0
+    """The page has a done analysis and `force` was not given."""
+
+    @property
+    def skipped(self) -> int:
+        return self.in_flight + self.already_done
+
+    def add(self, other: RequestCounts) -> None:
+        self.enqueued += other.enqueued
+        self.in_flight += other.in_flight
+        self.already_done += other.already_done
+
+
+def target_page_ids(conn: Conn, target: PageGroup, target_id: uuid.UUID) -> list[uuid.UUID]:
+    """The pages of a page, chapter or manga, in reading order;
+    `NoSuchTarget` ("no such chapter <id>") when it does not exist."""
+    page_ids = page_ids_of(conn, target, target_id)
+    if page_ids is None:
+        raise NoSuchTarget(f"no such {target} {target_id}")
+    return page_ids
+
+
+def request_pages(
+    conn: Conn, page_ids: Sequence[uuid.UUID], *, force: bool = False
+) -> RequestCounts:
+    """Request analysis of `page_ids` (existing pages) in one statement.
+
+    Without `force`, pages whose analysis is done are skipped: their job
+    would do nothing.
+    """
+    wanted = list(dict.fromkeys(page_ids))
+    done = set() if force or not wanted else analysed_page_ids(conn, wanted)
+    requested = request_analysis_many(
+        conn, [page_id for page_id in wanted if page_id not in done], force=force
+    )
+    return RequestCounts(requested.enqueued, requested.in_flight, len(done))

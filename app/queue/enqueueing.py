@@ -1,0 +1,122 @@
+"""Inserting pending jobs: one payload, or many in one statement.
+
+Dedup: a partial unique index (one in-flight job per page for
+`analyze_page`, per chapter for `sync_chapter_content`) may skip an insert.
+`ON CONFLICT DO NOTHING` makes a skipped insert raise nothing, so the
+caller's transaction stays usable; the answer says which were skipped.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from app.db import Conn
+from app.queue.payloads import JobPayload
+from app.queue.table import run
+
+# Columns left out take their server defaults, so the defaults live in one
+# place (the schema): each statement comes in up to four forms, one per set
+# of optional columns given, each built once.
+_OPTIONAL = (("scheduled_at", "timestamptz"), ("max_attempts", "integer"))
+
+
+def _optional(with_scheduled_at: bool, with_max_attempts: bool) -> tuple[str, str]:
+    """The optional columns' names and their bound values, each with a leading comma."""
+    chosen = [
+        column
+        for column, wanted in zip(_OPTIONAL, (with_scheduled_at, with_max_attempts), strict=True)
+        if wanted
+    ]
+    names = "".join(f", {name}" for name, _ in chosen)
+    values = "".join(f", %({name})s::{sql_type}" for name, sql_type in chosen)
+    return names, values
+
+
+@functools.cache
+def _insert(many: bool, with_scheduled_at: bool, with_max_attempts: bool) -> str:
+    names, values = _optional(with_scheduled_at, with_max_attempts)
+    if not many:
+        # The id is made by the caller and nothing is returned: the row count
+        # says whether the dedup index skipped the row, and a statement that
+        # returns no rows costs the client less.
+        return (
+            f"INSERT INTO crawler_jobs (id, payload{names}) "
+            f"VALUES (%(id)s::uuid, %(payload)s::jsonb{values}) ON CONFLICT DO NOTHING"
+        )
+    # The payloads travel as ONE JSON array (one parameter, parsed once by the
+    # server); each gets its id and its ordinal `n` in the CTE, and the answer
+    # is `(n, id)` of the rows inserted. `ORDER BY n` inserts in the caller's
+    # order: within one call, the first of two payloads for the same page wins
+    # the slot.
+    return f"""
+        WITH v AS MATERIALIZED (
+            SELECT gen_random_uuid() AS id, payload, n
+            FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
+        ), inserted AS (
+            INSERT INTO crawler_jobs (id, payload{names})
+            SELECT id, payload{values} FROM v ORDER BY n
+            ON CONFLICT DO NOTHING RETURNING id
+        )
+        SELECT v.n, v.id FROM inserted JOIN v USING (id)
+    """
+
+
+def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    options: dict[str, Any] = {}
+    if scheduled_at is not None:
+        options["scheduled_at"] = scheduled_at
+    if max_attempts is not None:
+        options["max_attempts"] = max_attempts
+    return options
+
+
+def enqueue(
+    conn: Conn,
+    payload: JobPayload,
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> uuid.UUID | None:
+    """Insert a pending job and return its id; `None` when a dedup index skipped it.
+
+    One statement; a skipped insert raises nothing, so the caller's
+    transaction stays usable.
+    """
+    params = _options(scheduled_at, max_attempts)
+    statement = _insert(False, scheduled_at is not None, max_attempts is not None)
+    job_id = params["id"] = uuid.uuid4()
+    params["payload"] = payload.model_dump_json()
+    return job_id if run(conn, statement, params).rowcount else None
+
+
+def enqueue_many(
+    conn: Conn,
+    payloads: Sequence[JobPayload],
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> list[uuid.UUID | None]:
+    """Insert pending jobs in ONE statement; one entry per payload, in order:
+    the job's id, or `None` where a dedup index skipped it (also when an
+    earlier payload of the same call took the slot).
+
+    Like `enqueue`, a skipped insert raises nothing.
+    """
+    params = _options(scheduled_at, max_attempts)
+    if not payloads:
+        return []
+    params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
+    statement = _insert(True, scheduled_at is not None, max_attempts is not None)
+    job_ids: list[uuid.UUID | None] = [None] * len(payloads)
+    for ordinal, job_id in run(conn, statement, params).all():
+        job_ids[ordinal - 1] = job_id
+    return job_ids
+
+
+__all__ = ["enqueue", "enqueue_many"]

@@ -1,0 +1,429 @@
+"""Every change of a job's state, each written once.
+
+Each change is one SQL statement over a batch, and the single-job function
+is the batch function called with one job (River's `JobSetStateIfRunning` /
+`...Many`). Like the rest of the queue, every function takes `conn` first and
+never commits or rolls back.
+
+Writes made on behalf of leases are fenced per row: a row changes only while
+its `(id, lease_generation)` matches and it is `running`, so a stale lease in
+a batch changes nothing but its own row (which is left alone). The batch
+functions return the ids they changed; the single ones return `bool` and log
+a warning when the lease was gone. The returned rows stay locked until the
+caller's transaction ends, which is what makes "ack first, then write the
+result only for the ids returned, then commit" a fenced completion in one
+round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Final, Literal
+
+from app.db import Conn
+from app.errors import PayloadError
+from app.queue.backoff import backoff_for
+from app.queue.payloads import decode_payload
+from app.queue.table import CRASH_LOOP_ERROR, RECLAIM_LIMIT, Lease, run, truncate_error
+
+logger = logging.getLogger(__name__)
+
+
+def _fenced(set_clause: str, *per_row: tuple[str, str]) -> str:
+    """`UPDATE ... SET set_clause` of the rows whose lease is current, one per
+    lease; `per_row` adds `(name, type)` columns to `v`, bound as arrays of
+    `%(names)s` (a shorter array is padded with NULL by `unnest`)."""
+    columns = [("id", "uuid"), ("generation", "bigint"), *per_row]
+    arrays = ", ".join(f"%({name}s)s::{sql_type}[]" for name, sql_type in columns)
+    names = ", ".join(name for name, _ in columns)
+    return (
+        f"UPDATE crawler_jobs AS j SET {set_clause} FROM unnest({arrays}) AS v({names}) "
+        "WHERE j.id = v.id AND j.lease_generation = v.generation AND j.state = 'running' "
+        "RETURNING j.id"
+    )
+
+
+@functools.cache
+def _end_attempt(state: str) -> str:
+    """The fenced end of attempts in `state` (written inline: a plan per state)."""
+    return _fenced(
+        f"state = '{state}', "
+        "scheduled_at = coalesce(now() + v.delay, j.scheduled_at), "
+        "last_error = coalesce(v.error, j.last_error), "
+        # The attempt ended and its worker survived it: only reclaims in a row
+        # count towards a crash loop (see reclaim_expired).
+        "reclaim_count = 0, leased_until = NULL, updated_at = now()",
+        ("error", "text"),
+        ("delay", "interval"),
+    )
+
+
+_RENEW: Final = _fenced("leased_until = now() + %(lease_duration)s::interval, updated_at = now()")
+
+_GIVE_BACK: Final = (
+    # Pending at once, the attempt refunded (the job did not fail), and the
+    # generation bumped so the previous holder's late writes are fenced off.
+    "state = 'pending', attempts = greatest(j.attempts - 1, 0), "
+    "lease_generation = j.lease_generation + 1, leased_until = NULL, updated_at = now()"
+)
+
+_RELEASE: Final = _fenced(_GIVE_BACK)
+
+_RELEASE_UNOWNED: Final = (
+    f"UPDATE crawler_jobs AS j SET {_GIVE_BACK} "
+    "WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state = 'running' RETURNING j.id"
+)
+
+_RECLAIM_EXPIRED: Final = f"""
+    WITH dead AS (
+        UPDATE crawler_jobs AS j
+        SET state = 'dead', reclaim_count = j.reclaim_count + 1,
+            lease_generation = j.lease_generation + 1, leased_until = NULL,
+            last_error = %(error)s, updated_at = now()
+        WHERE j.state = 'running' AND j.leased_until < now()
+          AND j.reclaim_count + 1 >= %(limit)s
+        RETURNING j.id, CAST(j.payload AS text) AS payload, j.attempts, j.max_attempts,
+                  j.lease_generation
+    ), given_back AS (
+        UPDATE crawler_jobs AS j SET {_GIVE_BACK}, reclaim_count = j.reclaim_count + 1
+        WHERE j.state = 'running' AND j.leased_until < now()
+          AND j.reclaim_count + 1 < %(limit)s
+        RETURNING j.id
+    )
+    SELECT id, payload, attempts, max_attempts, lease_generation FROM dead
+    UNION ALL
+    SELECT id, NULL, NULL, NULL, NULL FROM given_back
+"""
+
+_REAP_DONE: Final = (
+    "DELETE FROM crawler_jobs WHERE state = 'done' AND updated_at < now() - %(age)s::interval"
+)
+
+
+# --- helpers -------------------------------------------------------------------
+
+
+def _lost(action: str, lease: Lease) -> bool:
+    logger.warning(
+        "%s of job %s (generation %d) found its lease gone; nothing was written",
+        action,
+        lease.id,
+        lease.lease_generation,
+    )
+    return False
+
+
+def _one(changed: set[uuid.UUID], action: str, lease: Lease) -> bool:
+    return lease.id in changed or _lost(action, lease)
+
+
+def _ids(result: Iterable[Any]) -> set[uuid.UUID]:
+    return {row[0] for row in result}
+
+
+def _end_attempts(
+    conn: Conn,
+    state: Literal["done", "pending", "dead"],
+    held: Sequence[tuple[uuid.UUID, int]],
+    errors: Sequence[str] = (),
+    delays: Sequence[timedelta] = (),
+) -> set[uuid.UUID]:
+    """End the attempts of `held` (`(id, generation)`, sorted by id, with their
+    `errors` and `delays` in the same order) in `state`, fenced per row."""
+    if not held:
+        return set()
+    params = {
+        "ids": [job_id for job_id, _ in held],
+        "generations": [generation for _, generation in held],
+        "errors": [truncate_error(error) for error in errors],
+        "delays": list(delays),
+    }
+    return _ids(run(conn, _end_attempt(state), params))
+
+
+def _sorted(leases: Iterable[Lease]) -> list[Lease]:
+    # Two batched statements touching the same rows lock them in the same
+    # order (id order), so the acker and the heartbeat never deadlock.
+    return sorted(leases, key=lambda held: held.id)
+
+
+def _held(leases: Iterable[Lease]) -> list[tuple[uuid.UUID, int]]:
+    return [(held.id, held.lease_generation) for held in leases]
+
+
+def _run_fenced(
+    conn: Conn, statement: str, leases: Sequence[Lease], **params: Any
+) -> set[uuid.UUID]:
+    if not leases:
+        return set()
+    ordered = _held(_sorted(leases))
+    ids = [job_id for job_id, _ in ordered]
+    generations = [generation for _, generation in ordered]
+    return _ids(run(conn, statement, {"ids": ids, "generations": generations, **params}))
+
+
+# --- the end of an attempt -------------------------------------------------------
+
+
+def ack_done_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
+    """Mark the jobs `done` in one statement; returns the ids that were acked.
+
+    A lease missing from the answer was no longer current: its row is
+    untouched. The acked rows stay locked until the caller's transaction
+    ends, so a caller may write each job's result after this, in the same
+    transaction, for exactly the ids returned (fenced completion).
+    """
+    return _end_attempts(conn, "done", _held(_sorted(leases)))
+
+
+def ack_failed_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
+    """Record failed attempts, each with its error: `dead` once a job's attempts
+    are used up (`lease.attempts >= lease.max_attempts`), else `pending` again
+    after a jittered exponential backoff. Returns the ids written (at most two
+    statements: the dead and the retried)."""
+    ordered = sorted(failures, key=lambda failure: failure[0].id)
+    dead = [(lease, error) for lease, error in ordered if lease.attempts >= lease.max_attempts]
+    retry = [(lease, error) for lease, error in ordered if lease.attempts < lease.max_attempts]
+    written = ack_dead_many(conn, dead)
+    if retry:
+        written |= _end_attempts(
+            conn,
+            "pending",
+            _held(lease for lease, _ in retry),
+            [error for _, error in retry],
+            [backoff_for(lease.attempts) for lease, _ in retry],
+        )
+    return written
+
+
+def ack_dead_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
+    """Move the jobs straight to `dead` with their errors, whatever their
+    attempts: for errors no retry can fix. Returns the ids written."""
+    ordered = sorted(failures, key=lambda failure: failure[0].id)
+    return _end_attempts(
+        conn, "dead", _held(lease for lease, _ in ordered), [error for _, error in ordered]
+    )
+
+
+def dead_letter(conn: Conn, held: Sequence[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
+    """`ack_dead_many` for `(id, generation, error)` of rows that have no `Lease`
+    (a payload nobody can decode); logs each at ERROR."""
+    ordered = sorted(held)
+    for job_id, _, error in ordered:
+        logger.error("job %s moved to dead: %s", job_id, error)
+    return _end_attempts(
+        conn, "dead", [(job_id, gen) for job_id, gen, _ in ordered], [e for _, _, e in ordered]
+    )
+
+
+def ack_done(conn: Conn, lease: Lease) -> bool:
+    """Mark the job `done`, only while the lease is current."""
+    return _one(ack_done_many(conn, [lease]), "ack_done", lease)
+
+
+def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
+    """Record a failed attempt: `dead` once attempts are used up, else `pending`
+    again after a jittered exponential backoff."""
+    return _one(ack_failed_many(conn, [(lease, error)]), "ack_failed", lease)
+
+
+def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
+    """Move the job straight to `dead`: for errors no retry can fix (an image
+    that cannot decode, a storage key outside the root)."""
+    return _one(ack_dead_many(conn, [(lease, error)]), "ack_dead", lease)
+
+
+# --- while an attempt runs ---------------------------------------------------------
+
+
+def renew_many(conn: Conn, leases: Sequence[Lease], lease_duration: timedelta) -> set[uuid.UUID]:
+    """Extend the leases to now + `lease_duration` in one statement; returns the
+    ids whose lease is still current."""
+    return _run_fenced(conn, _RENEW, leases, lease_duration=lease_duration)
+
+
+def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
+    """Extend the lease to now + `lease_duration`; `False` once it is no longer current."""
+    return _one(renew_many(conn, [lease], lease_duration), "renew", lease)
+
+
+# --- giving a job back ---------------------------------------------------------------
+
+
+def release_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
+    """Give the jobs back in one statement (`pending` at once, attempt refunded,
+    generation bumped); returns the ids that were given back."""
+    return _run_fenced(conn, _RELEASE, leases)
+
+
+def release(conn: Conn, lease: Lease) -> bool:
+    """Give the job back: `pending`, attempt refunded, generation bumped."""
+    return _one(release_many(conn, [lease]), "release", lease)
+
+
+def release_unowned_many(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """`release_many` without leases in hand, for any running rows; returns
+    the ids that were running and are now pending."""
+    ids = sorted(set(job_ids))
+    if not ids:
+        return set()
+    return _ids(run(conn, _RELEASE_UNOWNED, {"ids": ids}))
+
+
+def release_unowned(conn: Conn, job_id: uuid.UUID) -> bool:
+    """`release` without a lease in hand, for any running row; `False` if it isn't running."""
+    return job_id in release_unowned_many(conn, [job_id])
+
+
+# --- maintenance --------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Reclaim:
+    """What `reclaim_expired` did: the jobs given back to `pending`, and the
+    crash-looping ones moved to `dead` (as leases of their final generation,
+    so a caller can record the failure where the job's kind keeps results)."""
+
+    given_back: list[uuid.UUID]
+    dead_lettered: list[Lease]
+    error: str = CRASH_LOOP_ERROR
+
+    def __len__(self) -> int:
+        return len(self.given_back) + len(self.dead_lettered)
+
+
+def reclaim_expired(conn: Conn) -> Reclaim:
+    """Take back every running job whose lease has expired, in one statement.
+
+    Each such job's `reclaim_count` goes up by one. Below `RECLAIM_LIMIT` the
+    job goes back to `pending` with its attempt refunded and its generation
+    bumped: it did not fail, its worker went away. At the limit it goes to
+    `dead` with `CRASH_LOOP_ERROR`, its crashing attempt still counted: a job
+    that kills every worker that runs it would otherwise loop across restarts
+    forever. The count is reset when an attempt ends (`ack_done`,
+    `ack_failed`, `ack_dead`), so only reclaims in a row add up.
+    """
+    rows = run(conn, _RECLAIM_EXPIRED, {"error": CRASH_LOOP_ERROR, "limit": RECLAIM_LIMIT})
+    given_back: list[uuid.UUID] = []
+    dead: list[Lease] = []
+    for job_id, payload, attempts, max_attempts, generation in rows:
+        if payload is None:
+            given_back.append(job_id)
+            continue
+        logger.error("job %s moved to dead: %s", job_id, CRASH_LOOP_ERROR)
+        try:
+            dead.append(Lease(job_id, decode_payload(payload), attempts, max_attempts, generation))
+        except PayloadError:
+            continue  # nothing more to record for a payload nobody can read
+    if given_back:
+        logger.warning(
+            "reclaimed %d orphaned job(s) with expired leases: %s",
+            len(given_back),
+            ", ".join(str(job_id) for job_id in given_back[:20]),
+        )
+    return Reclaim(given_back, dead)
+
+
+def reclaim_orphaned(conn: Conn) -> int:
+    """`reclaim_expired`, counted: how many expired leases were taken back
+    (given back to `pending`, or dead-lettered as crash loops)."""
+    return len(reclaim_expired(conn))
+
+
+def reap_done(conn: Conn, retention_days: int) -> int:
+    """Delete `done` jobs last updated more than `retention_days` ago; `0` disables."""
+    if retention_days <= 0:
+        return 0
+    result = run(conn, _REAP_DONE, {"age": timedelta(days=retention_days)})
+    return int(result.rowcount or 0)
+
+
+# --- retrying dead jobs ------------------------------------------------------------------
+
+_RETRY: Final = (
+    # A retried job starts over: attempts and reclaims reset, due now.
+    "UPDATE crawler_jobs AS j SET state = 'pending', attempts = 0, reclaim_count = 0, "
+    "leased_until = NULL, scheduled_at = now(), updated_at = now() "
+    "FROM ({candidates}) AS retried WHERE j.id = retried.id AND j.state = 'dead' "
+    "RETURNING j.id"
+)
+
+_RETRY_IDS: Final = _RETRY.format(candidates="SELECT unnest(%(ids)s::uuid[]) AS id")
+
+_DEDUP_SLOTS: Final = (("analyze_page", "page_id"), ("sync_chapter_content", "chapter_id"))
+"""The kinds with one in-flight job per slot (a partial unique index each), and
+the payload field that names the slot."""
+
+
+def _slot_of(kind: str, field: str) -> str:
+    return f"WHEN '{kind}' THEN '{kind}:' || (d.payload ->> '{field}')"
+
+
+def _slot_taken(kind: str, field: str) -> str:
+    # The literal kind and states let the planner probe that kind's partial
+    # unique index for the in-flight check.
+    return (
+        f"(dead.payload ->> 'kind' = '{kind}' AND EXISTS ("
+        f"SELECT 1 FROM crawler_jobs f WHERE f.payload ->> 'kind' = '{kind}' "
+        "AND f.state IN ('pending', 'running') "
+        f"AND f.payload ->> '{field}' = dead.payload ->> '{field}'))"
+    )
+
+
+# The newest dead job per dedup slot (every job of another kind is its own
+# slot) whose slot is free.
+_DEAD_CANDIDATES: Final = f"""
+    SELECT DISTINCT ON (slot) id
+    FROM (
+        SELECT d.id, d.updated_at, d.payload,
+               coalesce(
+                   CASE d.payload ->> 'kind'
+                       {" ".join(_slot_of(kind, field) for kind, field in _DEDUP_SLOTS)}
+                   END,
+                   d.id::text
+               ) AS slot
+        FROM crawler_jobs d
+        WHERE d.state = 'dead'
+          AND (CAST(%(kind)s AS text) IS NULL OR d.payload ->> 'kind' = %(kind)s)
+    ) dead
+    WHERE NOT {" AND NOT ".join(_slot_taken(kind, field) for kind, field in _DEDUP_SLOTS)}
+    ORDER BY slot, dead.updated_at DESC, dead.id DESC
+"""
+
+_RETRY_ALL_DEAD: Final = _RETRY.format(candidates=_DEAD_CANDIDATES)
+
+_DEAD_IDS: Final = (
+    "SELECT id FROM crawler_jobs WHERE state = 'dead' "
+    "AND (CAST(%(kind)s AS text) IS NULL OR payload ->> 'kind' = %(kind)s) "
+    "ORDER BY updated_at DESC, id DESC"
+)
+
+
+def retry_dead(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
+    """Move the dead jobs among `job_ids` back to `pending`, attempts and
+    reclaims reset, due now; returns the ids moved (jobs not dead are left).
+
+    A job whose page (or chapter) already has a job in flight violates a
+    dedup index: the driver's unique violation is raised (the caller decides,
+    usually inside a savepoint)."""
+    return _ids(run(conn, _RETRY_IDS, {"ids": sorted(set(job_ids))}))
+
+
+def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
+    """`retry_dead` for every dead job (of `kind`, if given), in one statement.
+
+    A dead job whose slot (page or chapter) has a job in flight is left dead;
+    of several dead jobs for one slot, the most recently updated is retried.
+    A job enqueued for one of those slots meanwhile makes the statement
+    raise the unique violation."""
+    return [row[0] for row in run(conn, _RETRY_ALL_DEAD, {"kind": kind})]
+
+
+def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
+    """Dead jobs (of `kind`, if given), most recently updated first."""
+    return [row[0] for row in run(conn, _DEAD_IDS, {"kind": kind})]

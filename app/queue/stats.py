@@ -1,0 +1,50 @@
+"""Queue depth: job counts by kind and state, and how late the oldest due job is."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from sqlalchemy import func, select
+
+from app.db import Conn
+from app.models import JOB_STATES
+from app.queue.payloads import ALL_KINDS
+from app.queue.table import DEAD, KIND, PENDING, jobs, payload_field, text_literal
+
+UNKNOWN_KIND: Final = "unknown"
+"""The stats key for rows whose payload has no `kind` (written by a foreign writer)."""
+
+
+def queue_stats(conn: Conn, kinds: Sequence[str] = ALL_KINDS) -> dict[str, Any]:
+    """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
+
+    Every kind of `kinds` (by default the kinds this package defines) is
+    listed with every state (zeros included), so a page or a script can read
+    any cell without checking; kinds found in rows are listed too. The age is
+    `now() - scheduled_at` of the oldest pending job that is due
+    (`scheduled_at <= now()`): jobs waiting out a backoff are not late.
+    `None` when nothing is due.
+    """
+    kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
+    rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
+    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in kinds}
+    for row_kind, state, number in rows:
+        counts.setdefault(row_kind, dict.fromkeys(JOB_STATES, 0))[state] = int(number)
+    age = conn.execute(
+        select(func.extract("epoch", func.now() - func.min(jobs.c.scheduled_at))).where(
+            jobs.c.state == PENDING, jobs.c.scheduled_at <= func.now()
+        )
+    ).scalar_one()
+    return {
+        "jobs": counts,
+        "oldest_pending_age_seconds": None if age is None else float(age),
+    }
+
+
+def count_dead(conn: Conn, kind: str | None = None) -> int:
+    """Dead jobs (of `kind`, if given)."""
+    statement = select(func.count()).select_from(jobs).where(jobs.c.state == DEAD)
+    if kind is not None:
+        statement = statement.where(payload_field("kind") == kind)
+    return int(conn.execute(statement).scalar_one())
