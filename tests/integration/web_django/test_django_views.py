@@ -4,8 +4,13 @@ session or bearer token) and CSRF for session POSTs."""
 
 from __future__ import annotations
 
+import html
+import re
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from sqlalchemy import Engine, insert
@@ -123,6 +128,49 @@ def test_the_page_is_served_without_auth(client: Any) -> None:
     assert b"<html" in response.content.lower()
     assert response["X-Frame-Options"] == "DENY"
     _error(client.post(f"{PREFIX}/"), 405, "method_not_allowed")
+
+
+@contextmanager
+def _page_analysis(**setting: Any) -> Iterator[None]:
+    """`PAGE_ANALYSIS` overridden (and re-read) for the block."""
+    from django.test import override_settings
+
+    from app.web.django.apps import page_analysis_app
+
+    try:
+        with override_settings(PAGE_ANALYSIS=setting):
+            page_analysis_app().reload()
+            yield
+    finally:
+        page_analysis_app().reload()
+
+
+def _meta(html: str, name: str) -> str | None:
+    match = re.search(rf'<meta name="{re.escape(name)}" content="([^"]*)">', html)
+    return None if match is None else match.group(1)
+
+
+def test_without_a_token_the_page_offers_the_staff_login_with_next(client: Any) -> None:
+    from django.urls import reverse
+
+    with _page_analysis():  # no ADMIN_TOKEN: only staff sessions get in
+        page = client.get(f"{PREFIX}/?tab=dead").content.decode()
+        api = client.get(f"{PREFIX}/api/stats")
+    login = _meta(page, "page-analysis-login-url")
+    assert login is not None
+    # LOGIN_URL is the URL name "login", resolved; `next` comes back to the page.
+    url = urlsplit(html.unescape(login))
+    assert url.path == reverse("login") == "/accounts/login/"
+    assert parse_qs(url.query) == {"next": [f"{PREFIX}/?tab=dead"]}
+    assert _meta(page, "page-analysis-token") == "none"  # so the page asks for no token
+    refused = _error(api, 401, "unauthorized")
+    assert "staff" in refused["message"]
+
+
+def test_with_a_token_the_page_offers_both_ways_in(client: Any) -> None:
+    page = client.get(f"{PREFIX}/").content.decode()
+    assert _meta(page, "page-analysis-login-url") == "/accounts/login/?next=/admin/analysis/"
+    assert _meta(page, "page-analysis-token") is None
 
 
 def test_stats_and_listing_routes(client: Any, django_engine: Engine) -> None:
@@ -290,18 +338,12 @@ def test_unknown_api_routes_are_json_404s(client: Any) -> None:
 
 
 def test_an_unreachable_database_is_a_json_503(client: Any) -> None:
-    from django.test import override_settings
-
-    from app.web.django.apps import page_analysis_app
-
-    broken = {"ADMIN_TOKEN": ADMIN_TOKEN, "DATABASE_ALIAS": "unreachable"}
-    try:
-        with override_settings(PAGE_ANALYSIS=broken):
-            page_analysis_app().reload()
-            _error(client.get(f"{PREFIX}/api/stats", **AUTH), 503, "unavailable")
-            _error(client.post(f"{PREFIX}/api/jobs/{uuid.uuid4()}/retry", **AUTH), 503)
-    finally:
-        page_analysis_app().reload()
+    with _page_analysis(ADMIN_TOKEN=ADMIN_TOKEN, DATABASE_ALIAS="unreachable"):
+        _error(client.get(f"{PREFIX}/api/stats", **AUTH), 503, "unavailable")
+        _error(client.post(f"{PREFIX}/api/jobs/{uuid.uuid4()}/retry", **AUTH), 503)
+        events = client.get(f"{PREFIX}/api/events", **AUTH)
+        _error(events, 503, "unavailable")  # not a 200 that then says nothing
+        assert events["Retry-After"] == "5"
     assert client.get(f"{PREFIX}/api/stats", **AUTH).status_code == 200
 
 
