@@ -70,8 +70,9 @@ def test_logged_out_visitor_is_sent_to_the_staff_login_and_back(
         browser.get(page_url)
         wait.until(lambda _: shown("dashboard"))
         wait.until(
-            lambda _: browser.find_element(By.ID, "live-status").get_attribute("data-state")
-            == "live"
+            lambda _: (
+                browser.find_element(By.ID, "live-status").get_attribute("data-state") == "live"
+            )
         )
         pending = browser.find_element(By.CSS_SELECTOR, '[data-testid="total-pending"]')
         assert pending.text == "1" and not shown("sign-out")  # no token to forget
