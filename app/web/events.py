@@ -25,9 +25,9 @@ The database going away:
   exponential backoff, keep-alives meanwhile), and
   `: reconnected; events may have been missed` once LISTEN is active again
   (NOTIFY is not durable: a client should re-read what it shows).
-- The log says it once per outage (`OutageLog`): a warning when the first
-  stream or open fails, an info line when one connects again; every retry
-  in between is DEBUG.
+- The log says it once per outage (`DatabaseOutage`, shared by the streams
+  of one `EventStreams`): a warning when the first stream or open fails, an
+  info line when one connects again; every retry in between is DEBUG.
 
 A stream is an iterable of `str` chunks that runs on the server's request
 thread and starts no thread of its own. The server calls `close()` when the
@@ -53,6 +53,7 @@ from psycopg import sql
 
 from app.analysis.events import ANALYSIS_CHANNEL
 from app.errors import ServiceError
+from app.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +66,8 @@ holds a Postgres connection and a server thread."""
 
 DEFAULT_MAX_BACKOFF_SECONDS: Final = 10.0
 """Reconnect attempts back off from 0.25 s, doubling, up to this."""
+
+FIRST_BACKOFF_SECONDS: Final = 0.25
 
 APPLICATION_NAME: Final = "page-analysis-events"
 """`application_name` of the listening connections, to find them in `pg_stat_activity`."""
@@ -96,40 +99,6 @@ ConnectKwargs = dict[str, Any] | Callable[[], dict[str, Any]]
 returning them (called once per stream, so it may follow a changing setting)."""
 
 
-class OutageLog:
-    """One warning when the database goes away and one line when it is back,
-    however many streams keep retrying meanwhile (shared by the streams of
-    one `EventStreams`, so once per mount, in practice per process)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._down_since: float | None = None
-
-    def failed(self, exc: BaseException) -> None:
-        with self._lock:
-            first = self._down_since is None
-            if first:
-                self._down_since = time.monotonic()
-        if first:
-            logger.warning(
-                "event streams: database unreachable (%s); new streams get 503, open ones "
-                "retry with backoff until it is back",
-                _one_line(exc),
-            )
-        else:
-            logger.debug("event streams: database still unreachable (%s)", _one_line(exc))
-
-    def recovered(self) -> None:
-        if self._down_since is None:  # the common case: no lock taken
-            return
-        with self._lock:
-            if self._down_since is None:
-                return
-            lasted = time.monotonic() - self._down_since
-            self._down_since = None
-        logger.info("event streams: database reachable again after %.1f s", lasted)
-
-
 class EventStreams:
     """Opens event streams to one database, at most `max_streams` at a time."""
 
@@ -153,7 +122,10 @@ class EventStreams:
         self.keepalive_seconds = keepalive_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.application_name = application_name
-        self.outage = OutageLog()
+        # Shared by the streams of this mount: the log says an outage once.
+        self.outage = DatabaseOutage(
+            max_backoff_seconds, base_delay=FIRST_BACKOFF_SECONDS / 2, activity="live events"
+        )
         self._lock = threading.Lock()
         self._open = 0
 
@@ -182,7 +154,7 @@ class EventStreams:
             try:
                 stream._connect()
             except psycopg.Error as exc:
-                self.outage.failed(exc)
+                self.outage.failed(_one_line(exc), 1)
                 raise EventsUnavailable(
                     "the database cannot be reached, so no live events; try again"
                 ) from None
@@ -248,7 +220,7 @@ class EventStream:
                     for note in notes:
                         yield format_event(note.payload)
             except psycopg.Error as exc:
-                streams.outage.failed(exc)
+                streams.outage.failed(_one_line(exc), 1)
                 self._drop_connection()
                 yield ": database connection lost; reconnecting\n\n"
             yield from self._reconnect()
@@ -258,18 +230,19 @@ class EventStream:
     def _reconnect(self) -> Iterator[str]:
         """Connect and LISTEN again, backing off while the database refuses;
         each failed try is said on the stream (the log has it once per outage)."""
-        streams = self._streams
-        backoff = 0.25
+        outage = self._streams.outage
+        backoff = FIRST_BACKOFF_SECONDS
+        failures = 1
         while True:
             yield from self._wait(backoff)
             try:
                 self._connect()
             except psycopg.Error as exc:
-                streams.outage.failed(exc)
-                backoff = min(backoff * 2, streams.max_backoff_seconds)
+                failures += 1
+                backoff = outage.failed(_one_line(exc), failures)
                 yield f": database unreachable; retrying in {backoff:.2f} s\n\n"
                 continue
-            streams.outage.recovered()
+            outage.recovered()
             return
 
     def _connect(self) -> None:

@@ -203,14 +203,14 @@ def _records(caplog, level: int, text: str) -> int:
     return sum(
         record.levelno == level and text in record.getMessage()
         for record in caplog.records
-        if record.name == "app.web.events"
+        if record.name == "app.worker.outage"
     )
 
 
 def test_stream_says_the_database_went_away_logs_it_once_and_reconnects(
     engine, database_url, caplog
 ):
-    caplog.set_level(logging.DEBUG, logger="app.web.events")
+    caplog.set_level(logging.DEBUG, logger="app.worker.outage")
     with _serve(engine) as (host, port, _):
         client = SSEClient(host, port)
         try:
@@ -236,7 +236,7 @@ def test_stream_says_the_database_went_away_logs_it_once_and_reconnects(
                     lambda: _records(caplog, logging.DEBUG, "still unreachable") >= 3, timeout=20
                 )
                 # However many retries and clients: one warning for the outage.
-                assert _records(caplog, logging.WARNING, "database unreachable") == 1
+                assert _records(caplog, logging.WARNING, "live events paused") == 1
             finally:
                 _allow_connections(engine, True)
             client.read_until(lambda line: line.startswith(": reconnected"))
@@ -246,8 +246,8 @@ def test_stream_says_the_database_went_away_logs_it_once_and_reconnects(
         finally:
             client.close()
     assert event_type == "completed" and data["page_id"] == str(page_id)
-    assert _records(caplog, logging.WARNING, "database unreachable") == 1
-    assert _records(caplog, logging.INFO, "reachable again") == 1
+    assert _records(caplog, logging.WARNING, "live events paused") == 1
+    assert _records(caplog, logging.INFO, "live events resumed") == 1
 
 
 def _closed_port() -> int:
@@ -259,7 +259,7 @@ def _closed_port() -> int:
 def test_events_with_the_database_down_answer_503_and_log_once(caplog):
     from app.db import make_engine
 
-    caplog.set_level(logging.DEBUG, logger="app.web.events")
+    caplog.set_level(logging.DEBUG, logger="app.worker.outage")
     dead_engine = make_engine(f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/nowhere")
     try:
         app = Flask(__name__)
@@ -275,7 +275,7 @@ def test_events_with_the_database_down_answer_503_and_log_once(caplog):
             assert blueprint.event_streams.open_streams == 0  # the slot was given back
     finally:
         dead_engine.dispose()
-    assert _records(caplog, logging.WARNING, "database unreachable") == 1
+    assert _records(caplog, logging.WARNING, "live events paused") == 1
     assert _records(caplog, logging.DEBUG, "still unreachable") == 2
 
 
