@@ -27,7 +27,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 logger = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class Access:
 
     refusal: Refusal | None = None
     ambient: bool = False
-    who: str = field(default="bearer token")
+    who: str = "bearer token"
 
 
 TOKEN_ACCESS: Final = Access()
@@ -101,14 +101,6 @@ def bearer_token(authorization: str | None) -> str | None:
     return value or None
 
 
-def check_token(presented: str | None, expected: str | None) -> Access | None:
-    """`TOKEN_ACCESS` for the configured token, the 401 `Access` for a wrong
-    one, `None` when no token was presented (the caller tries its other way in)."""
-    if presented is None:
-        return None
-    return TOKEN_ACCESS if token_matches(presented, expected) else Access(WRONG_TOKEN)
-
-
 class AdminAuth:
     """The Flask blueprint's gatekeeper. Built with a token, an `authorize`, or
     both; `ValueError` with neither (the admin API never serves openly) or with
@@ -130,19 +122,15 @@ class AdminAuth:
     def check(self, authorization: str | None, request: Any) -> Access:
         """Either way in lets a request in: the token first, then `authorize`."""
         presented = bearer_token(authorization)
-        by_token = check_token(presented, self._token) if self._token is not None else None
-        if by_token is TOKEN_ACCESS:
-            return by_token
+        if token_matches(presented, self._token):
+            return TOKEN_ACCESS
+        if self._authorize is not None and self._authorized(request):
+            return Access(ambient=True, who="the host's authorize")
+        if self._token is not None and presented is not None:
+            return Access(WRONG_TOKEN)
         if self._authorize is not None:
-            if self._authorized(request):
-                return Access(ambient=True, who="the host's authorize")
-            if by_token is None:  # no token configured, or none presented
-                challenge = "Bearer" if self._token is not None else None
-                return Access(
-                    Refusal(403, "forbidden", "not allowed to use the admin API", challenge)
-                )
-        if by_token is not None:
-            return by_token
+            challenge = "Bearer" if self._token is not None else None
+            return Access(Refusal(403, "forbidden", "not allowed to use the admin API", challenge))
         return Access(Refusal(401, "unauthorized", "send Authorization: Bearer <token>", "Bearer"))
 
     def _authorized(self, request: Any) -> bool:
