@@ -170,6 +170,7 @@ def test_stream_survives_termination_of_its_listening_backend(engine, database_u
             client.read_until(lambda line: line == ": listening")
             assert _listeners(engine) == 1
             assert _terminate_listeners(engine) == 1
+            client.read_until(lambda line: line == ": database connection lost; reconnecting")
             client.read_until(lambda line: line.startswith(": reconnected"))
             page_id = uuid.uuid4()
             _publish_from_another_process(database_url, page_id)
