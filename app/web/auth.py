@@ -1,22 +1,24 @@
-"""Admin access: a bearer token compared in constant time, and/or a host's `authorize` callable.
+"""Admin access, framework-neutral: who is let in, and how a refusal is answered.
 
-Framework-neutral: the adapters pass the `Authorization` header and the
-framework's request object, and turn a refusal into a JSON error response.
-The rules (DESIGN "Embedding in a web backend"):
+The adapters authenticate with what their framework offers and hand the
+common API layer (`app.web.api`) an `Access`:
 
-- a valid `Authorization: Bearer <token>` lets a request in;
-- an `authorize(request)` that returns true lets a request in;
-- otherwise: a bearer token that was presented but is wrong -> 401; no
-  token presented and an `authorize` that said no -> 403; no token
-  presented and no `authorize` -> 401. Every 401 (and a 403 when a token
-  would also have been accepted) carries `WWW-Authenticate: Bearer`.
+- Flask (`AdminAuth`): a bearer token, and/or the host's `authorize(request)`;
+- Django (`app.web.django.auth`): the bearer token of `ADMIN_TOKEN`, or a
+  logged-in active staff user.
 
-An `authorize` that raises is a "no" (fail closed); the error is logged.
+The rules they share (DESIGN "Embedding in a web backend"):
 
-A request let in by `authorize` alone usually rides on a cookie, which a
-browser sends along with requests other sites make: so such a request that
-changes something (POST, ...) must come from the same origin (`cross_site`),
-the way Django's CSRF check guards a staff session. A bearer token is never
+- a valid `Authorization: Bearer <token>` lets a request in, compared in
+  constant time (`token_matches`, the one compare of the code base);
+- a bearer token that was presented but is wrong -> 401; no credential at
+  all -> 401; a host check that said no -> 403. Every 401 (and a 403 when a
+  token would also have been accepted) carries `WWW-Authenticate: Bearer`.
+
+A request let in by an ambient credential (a session cookie, which a browser
+sends along with requests other sites make) is `Access.ambient`: the API
+layer then asks the adapter's origin check (Django's CSRF check; under Flask
+`cross_site`) before anything that changes state. A bearer token is never
 sent by a browser on its own, so token requests need no such check.
 """
 
@@ -35,6 +37,9 @@ Authorize = Callable[[Any], bool]
 
 BEARER: Final = "bearer"
 
+SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Methods that change nothing: no origin or CSRF check, no body read."""
+
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
@@ -43,16 +48,64 @@ class Refusal:
     status: int
     code: str
     message: str
-    www_authenticate: str | None
+    www_authenticate: str | None = None
 
     def headers(self) -> dict[str, str]:
         return {"WWW-Authenticate": self.www_authenticate} if self.www_authenticate else {}
 
 
+WRONG_TOKEN: Final = Refusal(
+    401, "unauthorized", "the bearer token is not valid", 'Bearer error="invalid_token"'
+)
+CROSS_SITE_REFUSAL: Final = Refusal(
+    403, "cross_site", "a cross-site request may not change anything here"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """The outcome of authentication. `refusal` is `None` when the request may pass.
+
+    `ambient`: let in by a credential the browser attaches by itself (a
+    session), so unsafe methods need an origin check; `who` names the caller
+    in log lines.
+    """
+
+    refusal: Refusal | None = None
+    ambient: bool = False
+    who: str = "bearer token"
+
+
+TOKEN_ACCESS: Final = Access()
+
+
+def token_matches(presented: str | None, expected: str | None) -> bool:
+    """Whether `presented` is `expected`, compared in constant time over the
+    UTF-8 bytes (a non-ASCII header value still compares safely). With no
+    expected token, or none presented, nothing matches."""
+    if not presented or not expected:
+        return False
+    return hmac.compare_digest(
+        presented.encode("utf-8", "surrogateescape"), expected.encode("utf-8")
+    )
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header; `None` when there is none."""
+    if not authorization:
+        return None
+    scheme, _, value = authorization.strip().partition(" ")
+    if scheme.lower() != BEARER:
+        return None
+    value = value.strip()
+    return value or None
+
+
 class AdminAuth:
-    """The admin API's gatekeeper. Built with a token, an `authorize`, or both;
-    `ValueError` with neither (the admin API never serves openly) or with an
-    empty token."""
+    """The Flask blueprint's gatekeeper. Built with a token, an `authorize`, or
+    both; `ValueError` with neither (the admin API never serves openly) or with
+    an empty token. An `authorize` that raises is a "no" (fail closed); the
+    error is logged."""
 
     def __init__(self, *, token: str | None = None, authorize: Authorize | None = None) -> None:
         if token is None and authorize is None:
@@ -63,33 +116,22 @@ class AdminAuth:
             raise ValueError("the admin token must be a non-empty string")
         if authorize is not None and not callable(authorize):
             raise ValueError("authorize must be a callable taking the request")
-        self._token = token.encode() if token is not None else None
+        self._token = token
         self._authorize = authorize
 
-    @property
-    def accepts_token(self) -> bool:
-        return self._token is not None
-
-    def check(self, authorization: str | None, request: Any) -> Refusal | None:
-        """`None` when the request may pass, else the `Refusal` to answer with."""
+    def check(self, authorization: str | None, request: Any) -> Access:
+        """Either way in lets a request in: the token first, then `authorize`."""
         presented = bearer_token(authorization)
-        if self._token is not None and presented is not None and _same(presented, self._token):
-            return None
+        if token_matches(presented, self._token):
+            return TOKEN_ACCESS
         if self._authorize is not None and self._authorized(request):
-            return None
+            return Access(ambient=True, who="the host's authorize")
         if self._token is not None and presented is not None:
-            return Refusal(
-                401, "unauthorized", "the bearer token is not valid", 'Bearer error="invalid_token"'
-            )
+            return Access(WRONG_TOKEN)
         if self._authorize is not None:
             challenge = "Bearer" if self._token is not None else None
-            return Refusal(403, "forbidden", "not allowed to use the admin API", challenge)
-        return Refusal(401, "unauthorized", "send Authorization: Bearer <token>", "Bearer")
-
-    def token_valid(self, authorization: str | None) -> bool:
-        """Whether the header carries the configured bearer token."""
-        presented = bearer_token(authorization)
-        return self._token is not None and presented is not None and _same(presented, self._token)
+            return Access(Refusal(403, "forbidden", "not allowed to use the admin API", challenge))
+        return Access(Refusal(401, "unauthorized", "send Authorization: Bearer <token>", "Bearer"))
 
     def _authorized(self, request: Any) -> bool:
         assert self._authorize is not None
@@ -98,13 +140,6 @@ class AdminAuth:
         except Exception:
             logger.exception("the admin authorize callable raised; refusing the request")
             return False
-
-
-SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
-
-CROSS_SITE_REFUSAL: Final = Refusal(
-    403, "cross_site", "a cross-site request may not change anything here", None
-)
 
 
 def cross_site(
@@ -124,19 +159,3 @@ def cross_site(
     if origin:
         return origin.strip().rstrip("/").lower() != own_origin.rstrip("/").lower()
     return False
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header; `None` when there is none."""
-    if not authorization:
-        return None
-    scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() != BEARER:
-        return None
-    value = value.strip()
-    return value or None
-
-
-def _same(presented: str, expected: bytes) -> bool:
-    # Constant time over the bytes; a non-ASCII header value still compares safely.
-    return hmac.compare_digest(presented.encode("utf-8", "surrogateescape"), expected)

@@ -8,16 +8,26 @@ stay out of it), waits with `notifies(timeout=...)`, and writes
     event: <type>
     data: <the NOTIFY JSON>
 
-per event, a comment line when idle for `keepalive_seconds`, and reconnects
-with capped exponential backoff when the database restarts or its backend
-is terminated (events published while disconnected are lost: NOTIFY is not
-durable; a `: reconnected` comment tells the client so).
+per event, and a comment line when idle for `keepalive_seconds`.
 
 What a client reads, in order: `retry: 3000` (EventSource's reconnect
-delay), `: listening` once LISTEN is active, then events, `: keep-alive`
-comments, and `: reconnected; events may have been missed` after a lost
-connection was replaced. Comment lines are for humans and tests; an SSE
-client ignores them.
+delay), `: listening` (LISTEN is active), then events and `: keep-alive`
+comments. Comment lines are for humans and tests; an SSE client ignores them.
+
+The database going away:
+
+- before the stream starts: `EventStreams.open()` makes the first LISTEN
+  connection itself, so an unreachable database is `EventsUnavailable`
+  (answer 503), never a 200 that then says nothing;
+- mid-stream (a restart, a terminated backend): the stream says
+  `: database connection lost; reconnecting`, then
+  `: database unreachable; retrying in N s` after each failed try (capped
+  exponential backoff, keep-alives meanwhile), and
+  `: reconnected; events may have been missed` once LISTEN is active again
+  (NOTIFY is not durable: a client should re-read what it shows).
+- The log says it once per outage (`DatabaseOutage`, shared by the streams
+  of one `EventStreams`): a warning when the first stream or open fails, an
+  info line when one connects again; every retry in between is DEBUG.
 
 A stream is an iterable of `str` chunks that runs on the server's request
 thread and starts no thread of its own. The server calls `close()` when the
@@ -43,6 +53,7 @@ from psycopg import sql
 
 from app.analysis.events import ANALYSIS_CHANNEL
 from app.errors import ServiceError
+from app.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +66,8 @@ holds a Postgres connection and a server thread."""
 
 DEFAULT_MAX_BACKOFF_SECONDS: Final = 10.0
 """Reconnect attempts back off from 0.25 s, doubling, up to this."""
+
+FIRST_BACKOFF_SECONDS: Final = 0.25
 
 APPLICATION_NAME: Final = "page-analysis-events"
 """`application_name` of the listening connections, to find them in `pg_stat_activity`."""
@@ -74,12 +87,24 @@ class TooManyStreams(ServiceError):
     code = "too_many_streams"
 
 
+class EventsUnavailable(ServiceError):
+    """The stream's first `LISTEN` connection could not be made; answer 503."""
+
+    status = 503
+    code = "unavailable"
+
+
+ConnectKwargs = dict[str, Any] | Callable[[], dict[str, Any]]
+"""psycopg `connect()` keywords of the listening connections, or a callable
+returning them (called once per stream, so it may follow a changing setting)."""
+
+
 class EventStreams:
     """Opens event streams to one database, at most `max_streams` at a time."""
 
     def __init__(
         self,
-        connect_kwargs: dict[str, Any] | Callable[[], dict[str, Any]],
+        connect_kwargs: ConnectKwargs,
         *,
         channel: str = ANALYSIS_CHANNEL,
         max_streams: int = DEFAULT_MAX_STREAMS,
@@ -97,6 +122,10 @@ class EventStreams:
         self.keepalive_seconds = keepalive_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.application_name = application_name
+        # Shared by the streams of this mount: the log says an outage once.
+        self.outage = DatabaseOutage(
+            max_backoff_seconds, base_delay=FIRST_BACKOFF_SECONDS / 2, activity="live events"
+        )
         self._lock = threading.Lock()
         self._open = 0
 
@@ -106,10 +135,12 @@ class EventStreams:
             return self._open
 
     def open(self) -> EventStream:
-        """Take a slot and return a stream; `TooManyStreams` when none is free.
+        """Take a slot, LISTEN, and return the stream.
 
-        The slot is freed by the stream's `close()`: hand the stream to the
-        server as the response body (which closes it), or close it yourself.
+        `TooManyStreams` when no slot is free; `EventsUnavailable` when the
+        database cannot be reached (both: answer 503). The slot is freed by
+        the stream's `close()`: hand the stream to the server as the response
+        body (which closes it), or close it yourself.
         """
         with self._lock:
             if self._open >= self.max_streams:
@@ -117,13 +148,21 @@ class EventStreams:
                     f"too many live event streams ({self.max_streams}); try again later"
                 )
             self._open += 1
-        kwargs = self._connect_kwargs
         try:
-            resolved = dict(kwargs() if callable(kwargs) else kwargs)
+            kwargs = self._connect_kwargs
+            stream = EventStream(self, dict(kwargs() if callable(kwargs) else kwargs))
+            try:
+                stream._connect()
+            except psycopg.Error as exc:
+                self.outage.failed(_one_line(exc), 1)
+                raise EventsUnavailable(
+                    "the database cannot be reached, so no live events; try again"
+                ) from None
         except BaseException:
             self._release()
             raise
-        return EventStream(self, resolved)
+        self.outage.recovered()
+        return stream
 
     def _release(self) -> None:
         with self._lock:
@@ -131,7 +170,9 @@ class EventStreams:
 
 
 class EventStream:
-    """One client's SSE stream: iterate for `str` chunks; `close()` when done."""
+    """One client's SSE stream: iterate for `str` chunks; `close()` when done.
+
+    Made by `EventStreams.open()`, already listening."""
 
     def __init__(self, streams: EventStreams, connect_kwargs: dict[str, Any]) -> None:
         self._streams = streams
@@ -164,30 +205,11 @@ class EventStream:
     def _run(self) -> Generator[str, None, None]:
         streams = self._streams
         yield f"retry: {RETRY_MILLISECONDS}\n\n"
-        backoff = 0.25
-        connected_before = False
+        # The client learns LISTEN is active (a test can publish now).
+        yield ": listening\n\n"
         while True:
-            try:
-                conn = self._connect()
-            except psycopg.Error as exc:
-                logger.warning(
-                    "event stream cannot LISTEN on %s (%s); retrying in %.2f s",
-                    streams.channel,
-                    _one_line(exc),
-                    backoff,
-                )
-                yield from self._wait(backoff)
-                backoff = min(backoff * 2, streams.max_backoff_seconds)
-                continue
-            # The client learns LISTEN is active (a test can publish now), and
-            # after a reconnect that events may have been missed meanwhile.
-            yield (
-                ": reconnected; events may have been missed\n\n"
-                if connected_before
-                else (": listening\n\n")
-            )
-            connected_before = True
-            backoff = 0.25
+            conn = self._conn
+            assert conn is not None  # open() and _reconnect() leave one
             try:
                 while True:
                     # A list, not a lazy loop: the generator is not left
@@ -198,16 +220,32 @@ class EventStream:
                     for note in notes:
                         yield format_event(note.payload)
             except psycopg.Error as exc:
-                logger.warning(
-                    "event stream lost its connection (%s); reconnecting in %.2f s",
-                    _one_line(exc),
-                    backoff,
-                )
+                streams.outage.failed(_one_line(exc), 1)
                 self._drop_connection()
-                yield from self._wait(backoff)
-                backoff = min(backoff * 2, streams.max_backoff_seconds)
+                yield ": database connection lost; reconnecting\n\n"
+            yield from self._reconnect()
+            # Events published while disconnected are lost: the client should re-read.
+            yield ": reconnected; events may have been missed\n\n"
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def _reconnect(self) -> Iterator[str]:
+        """Connect and LISTEN again, backing off while the database refuses;
+        each failed try is said on the stream (the log has it once per outage)."""
+        outage = self._streams.outage
+        backoff = FIRST_BACKOFF_SECONDS
+        failures = 1
+        while True:
+            yield from self._wait(backoff)
+            try:
+                self._connect()
+            except psycopg.Error as exc:
+                failures += 1
+                backoff = outage.failed(_one_line(exc), failures)
+                yield f": database unreachable; retrying in {backoff:.2f} s\n\n"
+                continue
+            outage.recovered()
+            return
+
+    def _connect(self) -> None:
         streams = self._streams
         options = {
             **self._connect_kwargs,
@@ -227,7 +265,6 @@ class EventStream:
         except BaseException:
             self._drop_connection()
             raise
-        return conn
 
     def _wait(self, seconds: float) -> Iterator[str]:
         """Sleep `seconds`, still sending keep-alives so a departed client is noticed."""

@@ -1,16 +1,36 @@
 """The admin page: one HTML file, shipped as package data, served at the mount point.
 
-It holds no queue data (it fetches `api/...` with the bearer token the user
-types in), so the adapters serve it without auth.
+It holds no queue data (it fetches `api/...`, with the bearer token the user
+types in or with the host's session), so the adapters serve it without auth.
 """
 
 from __future__ import annotations
 
 import functools
+import html
 from importlib import resources
+
+_HEAD_END = "</head>"
 
 
 @functools.cache
-def admin_page_html() -> str:
-    """The admin page's HTML (read once per process)."""
+def _template() -> str:
     return resources.files("app.web").joinpath("templates/admin.html").read_text("utf-8")
+
+
+def admin_page_html(*, login_url: str | None = None, token_accepted: bool = True) -> str:
+    """The admin page's HTML (the file is read once per process).
+
+    `login_url`: where a visitor the API refuses can sign in (the page then
+    offers that link); `token_accepted=False`: no bearer token is configured,
+    so the page does not ask for one.
+    """
+    page = _template()
+    tags = []
+    if login_url is not None:
+        tags.append(f'<meta name="page-analysis-login-url" content="{html.escape(login_url)}">')
+    if not token_accepted:
+        tags.append('<meta name="page-analysis-token" content="none">')
+    if not tags:
+        return page
+    return page.replace(_HEAD_END, "\n".join(tags) + "\n" + _HEAD_END, 1)

@@ -17,9 +17,12 @@ class DatabaseOutage:
     first failure of an outage and the first success after it are logged, so a
     restart of Postgres reads as two lines, not one per retry per thread."""
 
-    def __init__(self, max_delay: float, *, base_delay: float = 0.5) -> None:
+    def __init__(
+        self, max_delay: float, *, base_delay: float = 0.5, activity: str = "leasing"
+    ) -> None:
         self.max_delay = max_delay
         self.base_delay = base_delay
+        self.activity = activity  # what pauses meanwhile, for the log lines
         self._lock = threading.Lock()
         self._down_since: float | None = None
 
@@ -30,9 +33,10 @@ class DatabaseOutage:
             if self._down_since is None:
                 self._down_since = time.monotonic()
                 logger.warning(
-                    "database unreachable (%s); leasing paused, retrying with backoff "
+                    "database unreachable (%s); %s paused, retrying with backoff "
                     "(at most %.0f s apart) until it is back",
                     error,
+                    self.activity,
                     self.max_delay,
                 )
             else:
@@ -47,4 +51,4 @@ class DatabaseOutage:
                 return
             lasted = time.monotonic() - self._down_since
             self._down_since = None
-        logger.info("database reachable again after %.1f s; leasing resumed", lasted)
+        logger.info("database reachable again after %.1f s; %s resumed", lasted, self.activity)

@@ -290,3 +290,33 @@ def test_admin_page_token_counts_live_events_and_retry(
 def _state(engine: Engine, job_id: uuid.UUID) -> str:
     with engine.connect() as conn:
         return str(job_row(conn, job_id).state)
+
+
+def test_admin_page_says_when_the_database_goes_away_and_comes_back(
+    engine: Engine, admin_server: tuple[str, Any], browser: Any
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from tests.integration.test_web_events import _allow_connections
+
+    page_url, _ = admin_server
+    wait = WebDriverWait(browser, DOM_TIMEOUT)
+
+    def live_state() -> tuple[str, str]:
+        status = browser.find_element(By.ID, "live-status")
+        return str(status.get_attribute("data-state")), str(status.text)
+
+    browser.get(page_url)
+    wait.until(lambda _: browser.find_element(By.ID, "signin").is_displayed())
+    browser.find_element(By.ID, "token-input").send_keys(TOKEN + "\n")
+    wait.until(lambda _: live_state()[0] == "live")
+    try:
+        assert _allow_connections(engine, False) == 1
+        # The stream stays open and says the database is unreachable.
+        wait.until(lambda _: live_state()[0] == "down" and "unreachable" in live_state()[1])
+        assert "Live events paused" in live_state()[1]
+        _screenshot(browser, "admin_page_database_down.png")
+    finally:
+        _allow_connections(engine, True)
+    wait.until(lambda _: live_state() == ("live", "Live"))

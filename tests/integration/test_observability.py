@@ -71,10 +71,12 @@ def test_metrics_count_job_outcomes_vision_requests_and_queue_depth(harness, vis
             harness.events.wait_for("failed", bad_page)
         assert harness.job(ok_job).state == "done" and harness.job(bad_job).state == "dead"
         samples = wait_until(
-            lambda: (s := scrape(port))
-            and value(s, "queue_jobs", kind="analyze_page", state="done") == 1
-            and value(s, "queue_jobs", kind="analyze_page", state="dead") == 1
-            and s,
+            lambda: (
+                (s := scrape(port))
+                and value(s, "queue_jobs", kind="analyze_page", state="done") == 1
+                and value(s, "queue_jobs", kind="analyze_page", state="dead") == 1
+                and s
+            ),
             timeout=10,
         )
 
@@ -112,9 +114,10 @@ def test_a_scrape_never_queries_the_database(engine):
     with serve_metrics(engine, metrics, host="127.0.0.1", port=0, sample_seconds=3600) as port:
         # serve_metrics samples once at start; after that only the timer does.
         first = wait_until(
-            lambda: value(s := scrape(port), "queue_jobs", kind="analyze_page", state="pending")
-            == 2
-            and s
+            lambda: (
+                value(s := scrape(port), "queue_jobs", kind="analyze_page", state="pending") == 2
+                and s
+            )
         )
         with engine.begin() as conn:
             request_analysis(conn, make_page(conn, page_number=3))
@@ -181,7 +184,7 @@ def test_json_log_lines_carry_the_job_fields():
         with job_log_context(job_id="j1", kind="analyze_page", attempt=2, page_id="p1"):
             log.warning("done in %d ms", 12, extra={"duration_ms": 12})
             try:
-                raise ValueError("bad \"input\"\nsecond line")
+                raise ValueError('bad "input"\nsecond line')
             except ValueError:
                 log.exception("failed")
         log.info("outside")
@@ -195,7 +198,7 @@ def test_json_log_lines_carry_the_job_fields():
     assert first["duration_ms"] == 12 and first["logger"] == "test.jsonlog"
     assert first["thread"] == threading.current_thread().name
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", first["time"])
-    assert "ValueError: bad \"input\"\nsecond line" in failed["exception"]
+    assert 'ValueError: bad "input"\nsecond line' in failed["exception"]
     assert "job_id" not in outside and "exception" not in outside
     assert all("\n" not in line for line in stream_lines)
 
@@ -232,9 +235,11 @@ def test_run_worker_serves_metrics_and_writes_json_logs(
             port = int(re.search(r":(\d+)/metrics", serving["message"]).group(1))
             wait_for(received, "completed", 1)
             samples = wait_until(
-                lambda: (s := scrape(port))
-                and value(s, "queue_jobs", kind="analyze_page", state="done") == 1
-                and s,
+                lambda: (
+                    (s := scrape(port))
+                    and value(s, "queue_jobs", kind="analyze_page", state="done") == 1
+                    and s
+                ),
                 timeout=10,
             )
         finally:
@@ -340,6 +345,9 @@ def test_a_lost_heartbeat_is_counted(harness, vision_server):
     finally:
         hold.set()
     assert lost() == 1
-    assert metrics.registry.get_sample_value(
-        "queue_jobs_completed_total", {"kind": "analyze_page", "outcome": "done"}
-    ) == 0
+    assert (
+        metrics.registry.get_sample_value(
+            "queue_jobs_completed_total", {"kind": "analyze_page", "outcome": "done"}
+        )
+        == 0
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import subprocess
 import sys
 import threading
@@ -169,6 +170,7 @@ def test_stream_survives_termination_of_its_listening_backend(engine, database_u
             client.read_until(lambda line: line == ": listening")
             assert _listeners(engine) == 1
             assert _terminate_listeners(engine) == 1
+            client.read_until(lambda line: line == ": database connection lost; reconnecting")
             client.read_until(lambda line: line.startswith(": reconnected"))
             page_id = uuid.uuid4()
             _publish_from_another_process(database_url, page_id)
@@ -178,45 +180,66 @@ def test_stream_survives_termination_of_its_listening_backend(engine, database_u
     assert event_type == "completed" and data["page_id"] == str(page_id)
 
 
-def test_stream_backs_off_while_the_database_refuses_and_then_reconnects(
+def _allow_connections(engine, allowed: bool) -> int:
+    """Lock the test database out (or let it back in); returns listeners terminated."""
+    database = engine.url.database
+    # From the maintenance database: Postgres won't lock out the current one.
+    kwargs = connect_kwargs(engine) | {"dbname": "postgres"}
+    with psycopg.connect(**kwargs, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
+                sql.Identifier(database), sql.SQL("true" if allowed else "false")
+            )
+        )
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s AND datname = %s AND %s",
+            (APPLICATION_NAME, database, not allowed),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _records(caplog, level: int, text: str) -> int:
+    return sum(
+        record.levelno == level and text in record.getMessage()
+        for record in caplog.records
+        if record.name == "app.worker.outage"
+    )
+
+
+def test_stream_says_the_database_went_away_logs_it_once_and_reconnects(
     engine, database_url, caplog
 ):
-    database = engine.url.database
-
-    def allow_connections(allowed: bool) -> int:
-        """Lock the database out (or let it back in); returns listeners terminated."""
-        # From the maintenance database: Postgres won't lock out the current one.
-        kwargs = connect_kwargs(engine) | {"dbname": "postgres"}
-        with psycopg.connect(**kwargs, autocommit=True) as conn:
-            conn.execute(
-                sql.SQL("ALTER DATABASE {} WITH ALLOW_CONNECTIONS {}").format(
-                    sql.Identifier(database), sql.SQL("true" if allowed else "false")
-                )
-            )
-            row = conn.execute(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = %s AND datname = %s AND %s",
-                (APPLICATION_NAME, database, not allowed),
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def refused_attempts() -> int:
-        return sum("cannot LISTEN" in record.getMessage() for record in caplog.records)
-
-    caplog.set_level(logging.WARNING, logger="app.web.events")
+    caplog.set_level(logging.DEBUG, logger="app.worker.outage")
     with _serve(engine) as (host, port, _):
         client = SSEClient(host, port)
         try:
             client.read_until(lambda line: line == ": listening")
             try:
-                assert allow_connections(False) == 1
-                # Reconnects fail and back off; the client still hears keep-alives.
-                wait_until(lambda: refused_attempts() >= 3, timeout=20)
-                lines = client.read_until(lambda line: line == ": keep-alive")
+                assert _allow_connections(engine, False) == 1
+                client.read_until(lambda line: line.startswith(": database connection lost"))
+                # Reconnects fail and back off; the stream says so each time.
+                client.read_until(lambda line: line.startswith(": database unreachable"))
+                lines = client.read_until(lambda line: line.startswith(": database unreachable"))
                 assert not any(line.startswith(": reconnected") for line in lines)
+                # A second client meanwhile: a 503 at once, not a silent 200.
+                refused = http.client.HTTPConnection(host, port, timeout=10)
+                refused.request(
+                    "GET", f"{PREFIX}/api/events", headers={"Authorization": f"Bearer {TOKEN}"}
+                )
+                answer = refused.getresponse()
+                body = json.loads(answer.read())
+                refused.close()
+                assert answer.status == 503 and answer.getheader("Retry-After")
+                assert body["error"]["code"] == "unavailable"
+                wait_until(
+                    lambda: _records(caplog, logging.DEBUG, "still unreachable") >= 3, timeout=20
+                )
+                # However many retries and clients: one warning for the outage.
+                assert _records(caplog, logging.WARNING, "live events paused") == 1
             finally:
-                allow_connections(True)
+                _allow_connections(engine, True)
             client.read_until(lambda line: line.startswith(": reconnected"))
             page_id = uuid.uuid4()
             _publish_from_another_process(database_url, page_id)
@@ -224,6 +247,37 @@ def test_stream_backs_off_while_the_database_refuses_and_then_reconnects(
         finally:
             client.close()
     assert event_type == "completed" and data["page_id"] == str(page_id)
+    assert _records(caplog, logging.WARNING, "live events paused") == 1
+    assert _records(caplog, logging.INFO, "live events resumed") == 1
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_events_with_the_database_down_answer_503_and_log_once(caplog):
+    from app.db import make_engine
+
+    caplog.set_level(logging.DEBUG, logger="app.worker.outage")
+    dead_engine = make_engine(f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/nowhere")
+    try:
+        app = Flask(__name__)
+        blueprint = admin_blueprint(dead_engine, token=TOKEN)
+        app.register_blueprint(blueprint, url_prefix=PREFIX)
+        client = app.test_client()
+        for _ in range(3):
+            response = client.get(
+                f"{PREFIX}/api/events", headers={"Authorization": f"Bearer {TOKEN}"}
+            )
+            assert response.status_code == 503 and response.headers["Retry-After"] == "5"
+            assert response.get_json()["error"]["code"] == "unavailable"
+            assert blueprint.event_streams.open_streams == 0  # the slot was given back
+    finally:
+        dead_engine.dispose()
+    assert _records(caplog, logging.WARNING, "live events paused") == 1
+    assert _records(caplog, logging.DEBUG, "still unreachable") == 2
 
 
 def test_client_going_away_ends_the_thread_and_closes_the_connection(engine):

@@ -6,7 +6,7 @@
   web backend").
 - `manage.py run_worker` and `manage.py page_analysis_migrate`.
 - `PAGE_ANALYSIS = {"ADMIN_TOKEN": ..., "DATABASE_ALIAS": "default",
-  "MAX_EVENT_STREAMS": 8}`, every key optional.
+  "MAX_EVENT_STREAMS": 10, "EVENT_KEEPALIVE_SECONDS": 15}`, every key optional.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from app.db import connect_kwargs, make_engine
+from app.web.api import AdminApi
 from app.web.django.borrowed import BorrowedEngines
 from app.web.django.conf import PageAnalysisSettings, page_analysis_settings, sqlalchemy_url
 from app.web.events import EventStreams
@@ -28,6 +29,7 @@ class PageAnalysisConfig(AppConfig):
     settings: PageAnalysisSettings
     borrowed: BorrowedEngines
     event_streams: EventStreams
+    api: AdminApi
 
     def ready(self) -> None:
         self._admin_engine: Engine | None = None
@@ -47,6 +49,7 @@ class PageAnalysisConfig(AppConfig):
             max_streams=self.settings.max_event_streams,
             keepalive_seconds=self.settings.event_keepalive_seconds,
         )
+        self.api = AdminApi(self.admin_engine, self.event_streams)
 
     def database_url(self) -> URL:
         """SQLAlchemy URL of the configured Django database, as it is now."""

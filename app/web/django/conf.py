@@ -14,17 +14,12 @@ from django.db import connections
 from sqlalchemy.engine import URL, make_url
 
 from app.db import normalise_url
+from app.web.events import DEFAULT_KEEPALIVE_SECONDS, DEFAULT_MAX_STREAMS
 
 SETTING: Final = "PAGE_ANALYSIS"
 
 DEFAULT_DATABASE_ALIAS: Final = "default"
 """The Django database the admin views, the worker and the migrate command use."""
-
-DEFAULT_MAX_EVENT_STREAMS: Final = 8
-"""Concurrent `api/events` streams per process; one more gets 503."""
-
-DEFAULT_EVENT_KEEPALIVE_SECONDS: Final = 15.0
-"""A comment line at least this often on an idle `api/events` stream."""
 
 POSTGRESQL_ENGINE: Final = "django.db.backends.postgresql"
 
@@ -42,8 +37,10 @@ class PageAnalysisSettings:
     admin_token: str | None = None
     """Bearer token of the admin API; unset: only staff users get in."""
     database_alias: str = DEFAULT_DATABASE_ALIAS
-    max_event_streams: int = DEFAULT_MAX_EVENT_STREAMS
-    event_keepalive_seconds: float = DEFAULT_EVENT_KEEPALIVE_SECONDS
+    max_event_streams: int = DEFAULT_MAX_STREAMS
+    """Concurrent `api/events` streams per process; one more gets 503."""
+    event_keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS
+    """A comment line at least this often on an idle `api/events` stream."""
     listen_database_url: str | None = None
     """Direct connection the event streams LISTEN on (the database sits behind
     PgBouncer in transaction mode); unset: the Django database's."""

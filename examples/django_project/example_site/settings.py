@@ -53,6 +53,10 @@ DATABASES = {"default": database_from_url(database_url(Settings()))}
 # `Authorization: Bearer <token>` (what the admin page sends in token mode).
 PAGE_ANALYSIS = {"ADMIN_TOKEN": os.environ.get("PAGE_ANALYSIS_TOKEN") or None}
 
+# Staff sign in through Django's admin; the admin page links there (with
+# `next` back to it) when a logged-out visitor opens it.
+LOGIN_URL = "admin:login"
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"

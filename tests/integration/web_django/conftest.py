@@ -43,6 +43,7 @@ def django_settings(database_url: str) -> dict[str, Any]:
             "django.contrib.auth.middleware.AuthenticationMiddleware",
         ],
         "ROOT_URLCONF": "tests.integration.web_django.urls",
+        "LOGIN_URL": "login",  # a URL name: the admin page must resolve it
         "DATABASES": {
             "default": database_from_url(database_url),
             # Never connected to by Django; the admin views are pointed at it

@@ -26,18 +26,15 @@ pytestmark = pytest.mark.usefixtures("django_db")
 
 
 @contextmanager
-def _serve() -> Iterator[tuple[str, int]]:
-    """Django's WSGI app on its threaded dev server, with the token the shared
-    SSE client sends and a short keep-alive (a departed client is noticed on
-    the next write)."""
+def serve_django(**setting: object) -> Iterator[tuple[str, int]]:
+    """Django's WSGI app on its threaded dev server with `PAGE_ANALYSIS = setting`."""
     from django.core.handlers.wsgi import WSGIHandler
     from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
     from django.test import override_settings
 
     from app.web.django.apps import page_analysis_app
 
-    settings = {"ADMIN_TOKEN": CLIENT_TOKEN, "EVENT_KEEPALIVE_SECONDS": 0.2}
-    with override_settings(PAGE_ANALYSIS=settings):
+    with override_settings(PAGE_ANALYSIS=setting):
         page_analysis_app().reload()
         server = ThreadedWSGIServer(("127.0.0.1", 0), WSGIRequestHandler, allow_reuse_address=False)
         server.set_app(WSGIHandler())
@@ -57,7 +54,9 @@ def test_an_event_from_another_process_survives_a_terminated_listener(
 ) -> None:
     from app.web.django.apps import page_analysis_app
 
-    with _serve() as (host, port):
+    # The token the shared SSE client sends; a short keep-alive, so a departed
+    # client is noticed on the next write.
+    with serve_django(ADMIN_TOKEN=CLIENT_TOKEN, EVENT_KEEPALIVE_SECONDS=0.2) as (host, port):
         client = SSEClient(host, port)
         try:
             assert client.response.status == 200
