@@ -45,7 +45,8 @@ DATABASE_FIXTURES = frozenset({"postgresql_proc", "database_url", "empty_databas
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Unit tests stay database-free; tests sharing an expensive per-process
-    resource are kept on one xdist worker (`--dist loadgroup`)."""
+    resource are kept on one xdist worker (`--dist loadgroup`); xdist workers
+    hand out the slow tests first."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
         if Path(str(item.path)).is_relative_to(UNIT_TESTS) and fixtures & DATABASE_FIXTURES:
@@ -55,6 +56,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
         if "ocr" in fixtures:
             item.add_marker(pytest.mark.xdist_group("ocr"))
+    if hasattr(config, "workerinput"):
+        # Longest first: the `slow` tests (model loads, subprocesses) start at once
+        # instead of becoming the tail that one worker runs while the others idle.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
