@@ -7,7 +7,6 @@ from __future__ import annotations
 import collections
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,9 +22,9 @@ from sqlalchemy import text
 from app.db import make_engine
 from app.migrations import upgrade_head
 from app.queue import request_analysis
-from tests.conftest import PG_CTL_WRAPPER
 from tests.helpers import count, make_page, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
+from tests.postgres_server import private_postgres, wait_accepting
 from tests.tcp_proxy import TcpProxy
 from tests.vision_server import Reply, analysis_content, ok_answer
 from tests.worker_support import png_bytes
@@ -153,47 +152,10 @@ def test_a_page_that_kills_its_worker_three_times_is_dead_lettered(
 # --- Postgres restarted under a running worker --------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_accepting(executor: PostgreSQLExecutor) -> None:
-    """Until a connection works: `start()` returns once the port is open, and
-    `pg_ctl status` says "running" while the server still refuses ("starting up")."""
-
-    def accepting() -> bool:
-        try:
-            psycopg.connect(
-                host="127.0.0.1", port=executor.port, user=executor.user, dbname="postgres"
-            ).close()
-        except psycopg.OperationalError:
-            return False
-        return True
-
-    wait_until(accepting, timeout=60, interval=0.1)
-
-
 @pytest.fixture
-def own_postgres(tmp_path) -> Iterator[PostgreSQLExecutor]:
+def own_postgres() -> Iterator[PostgreSQLExecutor]:
     """A Postgres cluster of this test's own, so stopping it disturbs no other test."""
-    base = tmp_path / "own-pg"
-    base.mkdir()
-    executor = PostgreSQLExecutor(
-        executable=str(PG_CTL_WRAPPER),
-        host="127.0.0.1",
-        port=_free_port(),
-        datadir=str(base / "data"),
-        unixsocketdir=str(base),
-        logfile=str(base / "postgresql.log"),
-        startparams="-w",
-        dbname="faults",
-        postgres_options="-c fsync=off -c synchronous_commit=off",
-    )
-    executor.start()
-    _wait_accepting(executor)
-    try:
+    with private_postgres(dbname="faults") as executor:
         with psycopg.connect(
             host="127.0.0.1",
             port=executor.port,
@@ -203,9 +165,6 @@ def own_postgres(tmp_path) -> Iterator[PostgreSQLExecutor]:
         ) as conn:
             conn.execute("CREATE DATABASE faults")
         yield executor
-    finally:
-        executor.stop()
-        executor.clean_directory()
 
 
 def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tmp_path):
@@ -231,7 +190,7 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
             during = proxy.connections - before
             assert worker.poll() is None, "the worker died with the database"
             own_postgres.start()
-            _wait_accepting(own_postgres)
+            wait_accepting(own_postgres)
             up_at = time.monotonic()
             wait_until(lambda: count(engine, done) == jobs, timeout=60, interval=0.2)
             recovered_in = time.monotonic() - up_at

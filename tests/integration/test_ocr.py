@@ -60,14 +60,6 @@ def page(name: str) -> Any:
     return prepare_image((SAMPLES / name).read_bytes())
 
 
-@pytest.fixture(scope="session")
-def ocr() -> OcrAnalyzer:
-    """One loaded analyzer for the session: loading takes seconds."""
-    analyzer = OcrAnalyzer()
-    analyzer.load()
-    return analyzer
-
-
 def far() -> float:
     return time.monotonic() + 120
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import uuid
 from datetime import timedelta
 
 import pytest
@@ -443,13 +442,25 @@ def test_events_without_a_breadcrumb_are_suppressed_but_work_goes_on(
 def test_two_workers_share_the_queue(harness, vision_server):
     pages = [harness.add_page(png_bytes(color=c)) for c in ("red", "green", "blue", "white")]
     jobs = [harness.request(page) for page in pages]
-    vision_server.default = Reply(**{**vision_server.default.__dict__, "delay": 0.2})
-    with harness.running(analysis_workers=2):
-        for page in pages:
-            harness.events.wait_for("completed", page)
+    hold = threading.Event()
+    vision_server.default = held_answer(hold)  # no job can finish until `hold` is set
+    try:
+        with harness.running(analysis_workers=2):
+            # Both workers have a job in flight at once: one worker alone could never
+            # start a second job while the model holds the first one's answer back.
+            started = harness.events.wait_for("started", n=2)
+            vision_server.wait_for_requests(2)
+            assert len({event.job_id for event in started}) == 2
+            assert harness.events.of("completed") == []
+            assert len(vision_server.requests) == 2  # and no more than two at once
+            hold.set()
+            for page in pages:
+                harness.events.wait_for("completed", page)
+    finally:
+        hold.set()
     assert {harness.job(job).state for job in jobs} == {"done"}
-    assert len({str(event.job_id) for event in harness.events.of("completed")}) == 4
-    assert uuid.UUID(str(jobs[0]))
+    completed = harness.events.of("completed")
+    assert sorted(str(event.job_id) for event in completed) == sorted(str(job) for job in jobs)
 
 
 def test_start_reclaims_orphans_so_a_crashed_worker_costs_no_attempt(harness, vision_server):

@@ -54,9 +54,9 @@ def _error(response: Any, status: int, code: str | None = None) -> dict[str, str
 API_ROUTES = [
     ("get", "api/stats"),
     ("get", "api/jobs"),
-    ("post", f"api/jobs/{uuid.uuid4()}/retry"),
-    ("get", f"api/pages/{uuid.uuid4()}/analysis"),
-    ("post", f"api/pages/{uuid.uuid4()}/analysis"),
+    ("post", f"api/jobs/{uuid.UUID(int=1)}/retry"),
+    ("get", f"api/pages/{uuid.UUID(int=2)}/analysis"),
+    ("post", f"api/pages/{uuid.UUID(int=3)}/analysis"),
     ("get", "api/events"),
     ("get", "api/nope"),
 ]
