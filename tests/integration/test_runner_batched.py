@@ -512,7 +512,7 @@ def test_jobs_leased_ahead_are_given_back_unrun_when_the_gate_closes(engine):
     ids = fill(engine, 3)
     ready = threading.Event()
     ready.set()
-    gate = ReadinessGate(ready.is_set, url="test", poll_seconds=0.05, fresh_seconds=0.0)
+    gate = ReadinessGate(ready.is_set, name="test", poll_seconds=0.05, fresh_seconds=0.0)
     handler = HoldingHandler()
     with running(engine, handler, workers=1, prefetch=2, readiness=gate) as (runner, recorder):
         wait_until(lambda: len(handler.started) == 1 and runner.in_flight == 3)
