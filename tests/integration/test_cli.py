@@ -98,14 +98,16 @@ def start_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     )
 
 
-def stop_worker(process: subprocess.Popen[str], sig: int = signal.SIGINT) -> tuple[int, str]:
+def stop_worker(
+    process: subprocess.Popen[str], sig: int = signal.SIGINT, *, timeout: float = 15
+) -> tuple[int, str]:
     process.send_signal(sig)
     try:
-        output, _ = process.communicate(timeout=15)
+        output, _ = process.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
         output, _ = process.communicate()
-        pytest.fail(f"run-worker did not exit within 15 s after {sig}:\n{output}")
+        pytest.fail(f"no exit within {timeout} s after {sig!r}:\n{output}")
     return process.returncode, output
 
 

@@ -19,7 +19,7 @@ from sqlalchemy import Engine, text
 
 from app.queue import request_analysis
 from tests.helpers import make_page, wait_until
-from tests.integration.test_cli import _env, listening, start_worker, wait_for
+from tests.integration.test_cli import _env, listening, start_worker, stop_worker, wait_for
 from tests.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
@@ -45,17 +45,6 @@ def _assert_released(engine: Engine, job_id: object) -> None:
     assert (job.state, job.attempts) == ("pending", 0)
 
 
-def _stop(process: subprocess.Popen[str], sig: int) -> str:
-    process.send_signal(sig)
-    try:
-        output, _ = process.communicate(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        output, _ = process.communicate()
-        pytest.fail(f"no exit within 20 s after {sig!r}:\n{output}")
-    return output
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
 def test_run_worker_stops_gracefully_on_sigint_and_sighup(
     sig: signal.Signals,
@@ -72,7 +61,7 @@ def test_run_worker_stops_gracefully_on_sigint_and_sighup(
         process = start_worker(_env(database_url, vision_server.url, storage), tmp_path)
         try:
             vision_server.wait_for_requests(1, timeout=30)
-            output = _stop(process, sig)
+            output = stop_worker(process, sig, timeout=20)[1]
             wait_for(received, "cancelled", 1, timeout=10)
         finally:
             hold.set()
@@ -197,7 +186,7 @@ def test_django_run_worker_stops_gracefully_on_sighup(
     )
     try:
         vision_server.wait_for_requests(1, timeout=60)
-        output = _stop(process, signal.SIGHUP)
+        output = stop_worker(process, signal.SIGHUP, timeout=20)[1]
     finally:
         hold.set()
         if process.poll() is None:
