@@ -1,27 +1,17 @@
 """The admin HTTP API, written once: the route table and the one handler.
 
-DESIGN "The admin HTTP API". A framework adapter (`app.web.flask`,
-`app.web.django`) registers every `Route` of `ROUTES` under its pattern
-(the same `<name>` / `<path:name>` syntax works in Flask and Django),
-authenticates the request its own way, and translates:
-
-    framework request -> ApiRequest -> AdminApi.handle(route, request) -> ApiResponse
-                                                                          -> framework response
-
-The handler owns everything else: the auth outcome (a refusal becomes its
-JSON error), the method lookup and 405 (HEAD is served as GET), the body
-size limit, the origin/CSRF check of requests let in by a session, the
-mapping of `AdminError` to `{"error": {"code", "message"}}` with its status,
-and a database that cannot be reached (503). Bad input never yields a 500.
-`ApiResponse.content` is a `str` (JSON or the page's HTML) or, for
-`api/events`, an `EventStream` the adapter streams and closes.
+A framework adapter (`app.web.flask`, `app.web.django`) registers every
+`Route` of `ROUTES` under its pattern (Flask and Django share the `<name>` /
+`<path:name>` syntax), authenticates its own way, and translates its request
+into an `ApiRequest` and the `ApiResponse` of `AdminApi.handle` back. The
+handler owns the rest, and bad input never yields a 500.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -31,7 +21,7 @@ from sqlalchemy.exc import OperationalError
 from app import admin
 from app.admin import AdminError, BadRequest
 from app.web.auth import SAFE_METHODS, Access, Refusal
-from app.web.events import EventStream, EventStreams, EventsUnavailable, TooManyStreams
+from app.web.events import EventStream, EventStreams, EventsUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -39,15 +29,10 @@ ALL_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")
 """Every method an `api/` route is registered for: the handler answers a wrong
 one itself (a JSON 405), never the framework's HTML error page."""
 
-MAX_BODY_BYTES: Final = admin.MAX_BODY_BYTES
-"""A body declared larger than this is refused (400) before it is read."""
-
 RETRY_AFTER_SECONDS: Final = 5
 """`Retry-After` of a 503 from `api/events`."""
 
 JSON: Final = "application/json"
-EVENT_STREAM: Final = "text/event-stream"
-HTML: Final = "text/html; charset=utf-8"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,20 +59,13 @@ class ApiRequest:
 
 @dataclass(frozen=True, slots=True)
 class ApiResponse:
-    """What to answer: a status, a text or event-stream body, its type, headers."""
+    """What to answer. `content` is JSON or the page's HTML, or for `api/events`
+    an `EventStream` the adapter streams and the server closes."""
 
     status: int
     content: str | EventStream
     content_type: str = JSON
     headers: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def streaming(self) -> bool:
-        return not isinstance(self.content, str)
-
-    def chunks(self) -> Iterator[str]:
-        """The body as an iterator of `str` chunks (a stream is closed by the server)."""
-        return iter([self.content]) if isinstance(self.content, str) else self.content
 
 
 def json_response(body: Any, status: int = 200) -> ApiResponse:
@@ -111,9 +89,8 @@ def page_response(method: str, html: str) -> ApiResponse:
     data, so it is served without auth; it must not be framed by another site."""
     if method not in ("GET", "HEAD"):
         return error_response(405, "method_not_allowed", "use GET", {"Allow": "GET"})
-    return ApiResponse(
-        200, html, HTML, headers={"X-Frame-Options": "DENY", "Cache-Control": "no-cache"}
-    )
+    headers = {"X-Frame-Options": "DENY", "Cache-Control": "no-cache"}
+    return ApiResponse(200, html, "text/html; charset=utf-8", headers)
 
 
 class AdminApi:
@@ -125,7 +102,9 @@ class AdminApi:
         self.streams = streams
 
     def handle(self, route: Route, request: ApiRequest) -> ApiResponse:
-        """Answer `request` on `route`; every outcome is an `ApiResponse`."""
+        """Answer `request` on `route`: the auth outcome, the method (HEAD is
+        GET; else 405), the body limit, the origin check of a session's writes,
+        `AdminError` as its JSON error and an unreachable database as 503."""
         if request.access.refusal is not None:
             return refusal_response(request.access.refusal)
         method = "GET" if request.method == "HEAD" else request.method.upper()
@@ -164,8 +143,9 @@ class Route:
 def _check_length(declared: str | None) -> None:
     if declared is None or declared == "":
         return
-    if not declared.strip().isdigit() or int(declared) > MAX_BODY_BYTES:
-        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
+    # Refused before it is read.
+    if not declared.strip().isdigit() or int(declared) > admin.MAX_BODY_BYTES:
+        raise BadRequest(f"the body is larger than {admin.MAX_BODY_BYTES} bytes")
 
 
 # --- the views ------------------------------------------------------------------
@@ -215,11 +195,11 @@ def _post_analysis(api: AdminApi, request: ApiRequest) -> ApiResponse:
 def _events(api: AdminApi, request: ApiRequest) -> ApiResponse:
     try:
         stream = api.streams.open()
-    except (TooManyStreams, EventsUnavailable) as exc:
+    except EventsUnavailable as exc:
         retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
         return error_response(exc.status, exc.code, str(exc), retry)
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return ApiResponse(200, stream, EVENT_STREAM, headers)
+    return ApiResponse(200, stream, "text/event-stream", headers)
 
 
 def _unknown(api: AdminApi, request: ApiRequest) -> ApiResponse:

@@ -1,25 +1,10 @@
-"""Admin access, framework-neutral: who is let in, and how a refusal is answered.
+"""Admin access, framework-neutral: the `Access` an adapter hands `app.web.api`.
 
-The adapters authenticate with what their framework offers and hand the
-common API layer (`app.web.api`) an `Access`:
-
-- Flask (`AdminAuth`): a bearer token, and/or the host's `authorize(request)`;
-- Django (`app.web.django.auth`): the bearer token of `ADMIN_TOKEN`, or a
-  logged-in active staff user.
-
-The rules they share (DESIGN "Embedding in a web backend"):
-
-- a valid `Authorization: Bearer <token>` lets a request in, compared in
-  constant time (`token_matches`, the one compare of the code base);
-- a bearer token that was presented but is wrong -> 401; no credential at
-  all -> 401; a host check that said no -> 403. Every 401 (and a 403 when a
-  token would also have been accepted) carries `WWW-Authenticate: Bearer`.
-
-A request let in by an ambient credential (a session cookie, which a browser
-sends along with requests other sites make) is `Access.ambient`: the API
-layer then asks the adapter's origin check (Django's CSRF check; under Flask
-`cross_site`) before anything that changes state. A bearer token is never
-sent by a browser on its own, so token requests need no such check.
+Flask authenticates with `AdminAuth` (a bearer token and/or the host's
+`authorize(request)`), Django in `app.web.django.auth` (the bearer token or a
+staff session). A wrong or missing credential is a 401, a host check that
+says no a 403; every 401 (and a 403 when a token would also do) carries
+`WWW-Authenticate: Bearer`.
 """
 
 from __future__ import annotations
@@ -34,8 +19,6 @@ logger = logging.getLogger(__name__)
 
 Authorize = Callable[[Any], bool]
 """`authorize(request) -> bool`: the host's own check (a logged-in admin, say)."""
-
-BEARER: Final = "bearer"
 
 SAFE_METHODS: Final = frozenset({"GET", "HEAD", "OPTIONS"})
 """Methods that change nothing: no origin or CSRF check, no body read."""
@@ -66,9 +49,9 @@ CROSS_SITE_REFUSAL: Final = Refusal(
 class Access:
     """The outcome of authentication. `refusal` is `None` when the request may pass.
 
-    `ambient`: let in by a credential the browser attaches by itself (a
-    session), so unsafe methods need an origin check; `who` names the caller
-    in log lines.
+    `ambient`: let in by a credential a browser attaches by itself, even to
+    requests other sites make (a session cookie), so unsafe methods need an
+    origin check; a bearer token needs none. `who` names the caller in log lines.
     """
 
     refusal: Refusal | None = None
@@ -81,8 +64,8 @@ TOKEN_ACCESS: Final = Access()
 
 def token_matches(presented: str | None, expected: str | None) -> bool:
     """Whether `presented` is `expected`, compared in constant time over the
-    UTF-8 bytes (a non-ASCII header value still compares safely). With no
-    expected token, or none presented, nothing matches."""
+    UTF-8 bytes (the one compare of the code base). With no expected token,
+    or none presented, nothing matches."""
     if not presented or not expected:
         return False
     return hmac.compare_digest(
@@ -95,7 +78,7 @@ def bearer_token(authorization: str | None) -> str | None:
     if not authorization:
         return None
     scheme, _, value = authorization.strip().partition(" ")
-    if scheme.lower() != BEARER:
+    if scheme.lower() != "bearer":
         return None
     value = value.strip()
     return value or None
@@ -140,22 +123,3 @@ class AdminAuth:
         except Exception:
             logger.exception("the admin authorize callable raised; refusing the request")
             return False
-
-
-def cross_site(
-    method: str, *, sec_fetch_site: str | None, origin: str | None, own_origin: str
-) -> bool:
-    """Whether an unsafe request came from another site, as far as the browser says.
-
-    `Sec-Fetch-Site` decides when present (only `same-origin` and `none`, a
-    typed URL, pass); else an `Origin` must equal `own_origin`
-    (`scheme://host[:port]` of the request); a request with neither is not
-    from a browser page and passes.
-    """
-    if method.upper() in SAFE_METHODS:
-        return False
-    if sec_fetch_site:
-        return sec_fetch_site.strip().lower() not in ("same-origin", "none")
-    if origin:
-        return origin.strip().rstrip("/").lower() != own_origin.rstrip("/").lower()
-    return False

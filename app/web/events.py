@@ -1,41 +1,9 @@
 """Live analysis events as Server-Sent Events, from Postgres `LISTEN analysis_events`.
 
-The worker publishes in another process, so a web process streams what
-Postgres delivers: each stream holds its own psycopg connection in
-autocommit (never one from the host's pool: a LISTENing connection must
-stay out of it), waits with `notifies(timeout=...)`, and writes
-
-    event: <type>
-    data: <the NOTIFY JSON>
-
-per event, and a comment line when idle for `keepalive_seconds`.
-
-What a client reads, in order: `retry: 3000` (EventSource's reconnect
-delay), `: listening` (LISTEN is active), then events and `: keep-alive`
-comments. Comment lines are for humans and tests; an SSE client ignores them.
-
-The database going away:
-
-- before the stream starts: `EventStreams.open()` makes the first LISTEN
-  connection itself, so an unreachable database is `EventsUnavailable`
-  (answer 503), never a 200 that then says nothing;
-- mid-stream (a restart, a terminated backend): the stream says
-  `: database connection lost; reconnecting`, then
-  `: database unreachable; retrying in N s` after each failed try (capped
-  exponential backoff, keep-alives meanwhile), and
-  `: reconnected; events may have been missed` once LISTEN is active again
-  (NOTIFY is not durable: a client should re-read what it shows).
-- The log says it once per outage (`DatabaseOutage`, shared by the streams
-  of one `EventStreams`): a warning when the first stream or open fails, an
-  info line when one connects again; every retry in between is DEBUG.
-
-A stream is an iterable of `str` chunks that runs on the server's request
-thread and starts no thread of its own. The server calls `close()` when the
-client goes away (a WSGI server does once a write fails, which the
-keep-alive guarantees within two intervals); `close()` closes the
-connection and frees the stream's slot, also for a stream never iterated.
-`EventStreams` caps how many run at once; beyond the cap `open()` raises
-`TooManyStreams` (answer 503).
+What a client reads, and how a database outage shows on the stream and in
+the log: docs/admin-api.md, "The event stream". Each stream holds a psycopg
+connection of its own, in autocommit (a LISTENing connection must stay out of
+the host's pool), and runs on the server's request thread, starting no thread.
 """
 
 from __future__ import annotations
@@ -64,10 +32,9 @@ DEFAULT_MAX_STREAMS: Final = 10
 """Concurrent streams per `EventStreams` (one per mount, so per process): each
 holds a Postgres connection and a server thread."""
 
-DEFAULT_MAX_BACKOFF_SECONDS: Final = 10.0
-"""Reconnect attempts back off from 0.25 s, doubling, up to this."""
-
 FIRST_BACKOFF_SECONDS: Final = 0.25
+MAX_BACKOFF_SECONDS: Final = 10.0
+"""Reconnect attempts back off from 0.25 s, doubling, up to 10 s."""
 
 APPLICATION_NAME: Final = "page-analysis-events"
 """`application_name` of the listening connections, to find them in `pg_stat_activity`."""
@@ -80,51 +47,41 @@ RETRY_MILLISECONDS: Final = 3000
 _EVENT_TYPE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 
 
-class TooManyStreams(ServiceError):
-    """Every event-stream slot of this process is taken; answer 503."""
-
-    status = 503
-    code = "too_many_streams"
-
-
 class EventsUnavailable(ServiceError):
-    """The stream's first `LISTEN` connection could not be made; answer 503."""
+    """No stream now: every slot is taken, or the first `LISTEN` connection
+    could not be made. Answer 503 with `code`."""
 
     status = 503
-    code = "unavailable"
 
-
-ConnectKwargs = dict[str, Any] | Callable[[], dict[str, Any]]
-"""psycopg `connect()` keywords of the listening connections, or a callable
-returning them (called once per stream, so it may follow a changing setting)."""
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class EventStreams:
-    """Opens event streams to one database, at most `max_streams` at a time."""
+    """Opens event streams to one database, at most `max_streams` at a time.
+
+    `connect_kwargs()` returns the psycopg `connect()` keywords; it is called
+    once per stream, so it may follow a changing setting.
+    """
 
     def __init__(
         self,
-        connect_kwargs: ConnectKwargs,
+        connect_kwargs: Callable[[], dict[str, Any]],
         *,
-        channel: str = ANALYSIS_CHANNEL,
         max_streams: int = DEFAULT_MAX_STREAMS,
         keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
-        max_backoff_seconds: float = DEFAULT_MAX_BACKOFF_SECONDS,
-        application_name: str = APPLICATION_NAME,
     ) -> None:
         if max_streams < 1:
             raise ValueError("max_streams must be at least 1")
         if keepalive_seconds <= 0:
             raise ValueError("keepalive_seconds must be positive")
         self._connect_kwargs = connect_kwargs
-        self.channel = channel
         self.max_streams = max_streams
         self.keepalive_seconds = keepalive_seconds
-        self.max_backoff_seconds = max_backoff_seconds
-        self.application_name = application_name
         # Shared by the streams of this mount: the log says an outage once.
         self.outage = DatabaseOutage(
-            max_backoff_seconds, base_delay=FIRST_BACKOFF_SECONDS / 2, activity="live events"
+            MAX_BACKOFF_SECONDS, base_delay=FIRST_BACKOFF_SECONDS / 2, activity="live events"
         )
         self._lock = threading.Lock()
         self._open = 0
@@ -135,32 +92,29 @@ class EventStreams:
             return self._open
 
     def open(self) -> EventStream:
-        """Take a slot, LISTEN, and return the stream.
-
-        `TooManyStreams` when no slot is free; `EventsUnavailable` when the
-        database cannot be reached (both: answer 503). The slot is freed by
-        the stream's `close()`: hand the stream to the server as the response
-        body (which closes it), or close it yourself.
+        """Take a slot, LISTEN, and return the stream; `EventsUnavailable` when
+        no slot is free or the database cannot be reached (never a 200 that then
+        says nothing). The stream's `close()` frees the slot: hand the stream to
+        the server as the response body (which closes it), or close it yourself.
         """
         with self._lock:
             if self._open >= self.max_streams:
-                raise TooManyStreams(
-                    f"too many live event streams ({self.max_streams}); try again later"
+                raise EventsUnavailable(
+                    "too_many_streams",
+                    f"too many live event streams ({self.max_streams}); try again later",
                 )
             self._open += 1
         try:
-            kwargs = self._connect_kwargs
-            stream = EventStream(self, dict(kwargs() if callable(kwargs) else kwargs))
-            try:
-                stream._connect()
-            except psycopg.Error as exc:
-                self.outage.failed(_one_line(exc), 1)
-                raise EventsUnavailable(
-                    "the database cannot be reached, so no live events; try again"
-                ) from None
-        except BaseException:
+            stream = EventStream(self, self._connect_kwargs())
+            stream._connect()
+        except BaseException as exc:
             self._release()
-            raise
+            if not isinstance(exc, psycopg.Error):
+                raise
+            self.outage.failed(_one_line(exc), 1)
+            raise EventsUnavailable(
+                "unavailable", "the database cannot be reached, so no live events; try again"
+            ) from None
         self.outage.recovered()
         return stream
 
@@ -170,9 +124,13 @@ class EventStreams:
 
 
 class EventStream:
-    """One client's SSE stream: iterate for `str` chunks; `close()` when done.
+    """One client's SSE stream, made by `EventStreams.open()` already listening:
+    iterate for `str` chunks.
 
-    Made by `EventStreams.open()`, already listening."""
+    The server calls `close()` when the client goes away (a WSGI server does
+    once a write fails, which the keep-alives ensure within two intervals);
+    it closes the connection and frees the slot, also for a stream never iterated.
+    """
 
     def __init__(self, streams: EventStreams, connect_kwargs: dict[str, Any]) -> None:
         self._streams = streams
@@ -181,16 +139,11 @@ class EventStream:
         self._closed = False
         self._chunks = self._run()
 
-    def __iter__(self) -> EventStream:
-        return self
-
-    def __next__(self) -> str:
-        if self._closed:
-            raise StopIteration
-        return next(self._chunks)
+    def __iter__(self) -> Iterator[str]:
+        return self._chunks
 
     def close(self) -> None:
-        """End the stream: close its connection and free its slot. Idempotent."""
+        """Idempotent."""
         if self._closed:
             return
         self._closed = True
@@ -200,10 +153,7 @@ class EventStream:
             self._drop_connection()
             self._streams._release()
 
-    # --- the loop ------------------------------------------------------------
-
     def _run(self) -> Generator[str, None, None]:
-        streams = self._streams
         yield f"retry: {RETRY_MILLISECONDS}\n\n"
         # The client learns LISTEN is active (a test can publish now).
         yield ": listening\n\n"
@@ -214,17 +164,19 @@ class EventStream:
                 while True:
                     # A list, not a lazy loop: the generator is not left
                     # suspended inside psycopg's notifies() while we write.
-                    notes = list(conn.notifies(timeout=streams.keepalive_seconds, stop_after=1))
+                    notes = list(
+                        conn.notifies(timeout=self._streams.keepalive_seconds, stop_after=1)
+                    )
                     if not notes:
                         yield ": keep-alive\n\n"
                     for note in notes:
                         yield format_event(note.payload)
             except psycopg.Error as exc:
-                streams.outage.failed(_one_line(exc), 1)
+                self._streams.outage.failed(_one_line(exc), 1)
                 self._drop_connection()
                 yield ": database connection lost; reconnecting\n\n"
             yield from self._reconnect()
-            # Events published while disconnected are lost: the client should re-read.
+            # NOTIFY is not durable: the client should re-read what it shows.
             yield ": reconnected; events may have been missed\n\n"
 
     def _reconnect(self) -> Iterator[str]:
@@ -246,11 +198,10 @@ class EventStream:
             return
 
     def _connect(self) -> None:
-        streams = self._streams
         options = {
             **self._connect_kwargs,
             "autocommit": True,
-            "application_name": streams.application_name,
+            "application_name": APPLICATION_NAME,
             "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             # A database host that vanishes without a reset is noticed in about a minute.
             "keepalives": 1,
@@ -261,7 +212,7 @@ class EventStream:
         conn = psycopg.connect(**options)
         self._conn = conn
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(streams.channel)))
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ANALYSIS_CHANNEL)))
         except BaseException:
             self._drop_connection()
             raise

@@ -1,14 +1,7 @@
-"""The admin API and page as a Flask blueprint.
+"""The admin API and page as a Flask blueprint: `app.web.api` translated,
+authenticated by `AdminAuth`.
 
-    from app.web.flask import admin_blueprint
     app.register_blueprint(admin_blueprint(engine, token="s3cret"), url_prefix="/admin/analysis")
-
-`engine` is a SQLAlchemy `Engine`, or a callable returning one (with
-Flask-SQLAlchemy: `lambda: db.engine`, since `db.engine` needs an app
-context). The blueprint borrows connections from it per request and never
-disposes it. The routes, their answers and errors are `app.web.api`'s; this
-module only translates Flask's request and response and authenticates
-(`AdminAuth`: a bearer token and/or the host's `authorize(request)`).
 """
 
 from __future__ import annotations
@@ -20,12 +13,8 @@ from sqlalchemy import Engine
 
 from app.db import connect_kwargs
 from app.web.api import ALL_METHODS, ROUTES, AdminApi, ApiRequest, ApiResponse, Route, page_response
-from app.web.auth import CROSS_SITE_REFUSAL, AdminAuth, Authorize, Refusal, cross_site
-from app.web.events import (
-    DEFAULT_KEEPALIVE_SECONDS,
-    DEFAULT_MAX_STREAMS,
-    EventStreams,
-)
+from app.web.auth import CROSS_SITE_REFUSAL, AdminAuth, Authorize, Refusal
+from app.web.events import DEFAULT_KEEPALIVE_SECONDS, DEFAULT_MAX_STREAMS, EventStreams
 from app.web.page import admin_page_html
 
 
@@ -39,15 +28,12 @@ def admin_blueprint(
     max_event_streams: int = DEFAULT_MAX_STREAMS,
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
 ) -> Blueprint:
-    """The admin blueprint. `token`: a bearer token; `authorize(flask.request) -> bool`:
-    the host's own check; given both, either lets a request in; given neither,
-    `ValueError` (it never serves openly).
+    """The admin blueprint; every keyword is in docs/embedding.md.
 
-    `max_event_streams` caps concurrent `api/events` streams of this blueprint
-    (beyond it: 503); `keepalive_seconds` is the idle comment interval. The
-    streams LISTEN on connections of their own to `engine`'s database, or
-    to `listen_url`: the direct connection for an engine that goes through
-    PgBouncer in transaction mode.
+    `engine` is an `Engine` or a callable returning one (`lambda: db.engine`),
+    borrowed per request, never disposed. Given both `token` and `authorize`,
+    either lets a request in; given neither, `ValueError` (it never serves
+    openly). The event streams LISTEN to `listen_url`, else `engine`'s database.
     """
     auth = AdminAuth(token=token, authorize=authorize)
     get_engine: Callable[[], Engine] = engine if callable(engine) else (lambda: engine)
@@ -94,15 +80,21 @@ def admin_blueprint(
 
 
 def _same_origin() -> Refusal | None:
-    """A session-borne (`authorize`) unsafe request must come from the page's own origin."""
-    if cross_site(
-        request.method,
-        sec_fetch_site=request.headers.get("Sec-Fetch-Site"),
-        origin=request.headers.get("Origin"),
-        own_origin=request.host_url,
-    ):
-        return CROSS_SITE_REFUSAL
-    return None
+    """A session-borne (`authorize`) unsafe request must come from the page's own origin.
+
+    `Sec-Fetch-Site` decides when present (only `same-origin` and `none`, a
+    typed URL, pass); else an `Origin` must equal the request's own; a request
+    with neither is not from a browser page and passes.
+    """
+    sec_fetch_site = request.headers.get("Sec-Fetch-Site")
+    origin = request.headers.get("Origin")
+    if sec_fetch_site:
+        cross_site = sec_fetch_site.strip().lower() not in ("same-origin", "none")
+    elif origin:
+        cross_site = origin.strip().rstrip("/").lower() != request.host_url.rstrip("/").lower()
+    else:
+        cross_site = False
+    return CROSS_SITE_REFUSAL if cross_site else None
 
 
 def _response(answer: ApiResponse) -> Response:

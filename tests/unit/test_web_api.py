@@ -22,7 +22,7 @@ def _no_engine():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def api() -> AdminApi:
-    return AdminApi(_no_engine, EventStreams({"dbname": "never_connected"}))
+    return AdminApi(_no_engine, EventStreams(lambda: {"dbname": "never_connected"}))
 
 
 def _error(response: ApiResponse, status: int, code: str) -> dict[str, str]:

@@ -1,10 +1,6 @@
-"""The admin API and page as Django views (routes in `app.web.django.urls`).
-
-The routes, their answers and errors are `app.web.api`'s, on the app's
-SQLAlchemy engine (built from Django's `DATABASES`); these views translate
-Django's request and response, authenticate (staff session or bearer token,
-`app.web.django.auth`) and run Django's CSRF check for a session's writes.
-"""
+"""The admin API and page as Django views: `app.web.api` translated, with
+Django's authentication (`app.web.django.auth`) and its CSRF check for a
+session's writes."""
 
 from __future__ import annotations
 
@@ -96,14 +92,14 @@ def _csrf_refusal(request: HttpRequest) -> Refusal | None:
 
 def _response(answer: ApiResponse) -> HttpResponseBase:
     response: HttpResponseBase
-    if answer.streaming:
+    if isinstance(answer.content, str):
+        response = HttpResponse(
+            answer.content, status=answer.status, content_type=answer.content_type
+        )
+    else:
         # Django closes the stream (its LISTEN connection and its slot) when the
         # response is closed, which the server does when the client goes away.
         response = StreamingHttpResponse(
-            answer.chunks(), status=answer.status, content_type=answer.content_type
-        )
-    else:
-        response = HttpResponse(
             answer.content, status=answer.status, content_type=answer.content_type
         )
     for name, value in answer.headers.items():
