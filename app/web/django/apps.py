@@ -33,16 +33,12 @@ class PageAnalysisConfig(AppConfig):
 
     def ready(self) -> None:
         self._admin_engine: Engine | None = None
-        self._admin_url: URL | None = None
         self._lock = threading.Lock()
         self.borrowed = BorrowedEngines()
         self._configure()
 
     def _configure(self) -> None:
         self.settings = page_analysis_settings()
-        # The streams LISTEN on connections of their own (one each, while
-        # open), to LISTEN_DATABASE_URL, else the database the admin engine
-        # points at now.
         listen_url = self.settings.listen_database_url
         self.event_streams = EventStreams(
             lambda: connect_kwargs(listen_url or self.admin_engine()),
@@ -64,7 +60,7 @@ class PageAnalysisConfig(AppConfig):
         """
         url = self.database_url()
         with self._lock:
-            if self._admin_engine is None or url != self._admin_url:
+            if self._admin_engine is None or self._admin_engine.url != url:
                 if self._admin_engine is not None:
                     self._admin_engine.dispose()
                 self._admin_engine = make_engine(
@@ -72,7 +68,6 @@ class PageAnalysisConfig(AppConfig):
                     pool_size=ADMIN_POOL_SIZE,
                     max_overflow=2,
                 )
-                self._admin_url = url
             return self._admin_engine
 
     def reload(self) -> None:
@@ -81,7 +76,6 @@ class PageAnalysisConfig(AppConfig):
             if self._admin_engine is not None:
                 self._admin_engine.dispose()
             self._admin_engine = None
-            self._admin_url = None
         self.borrowed.dispose()
         self._configure()
 

@@ -1,11 +1,4 @@
-"""Who may use the admin API under Django: the bearer token or a staff session.
-
-- `Authorization: Bearer <PAGE_ANALYSIS["ADMIN_TOKEN"]>` (`token_matches`,
-  constant time): in, without a CSRF check (no cookie is involved);
-- else a logged-in, active staff user: in, unsafe methods CSRF-checked;
-- else a logged-in user who is not staff: 403;
-- else 401 with `WWW-Authenticate: Bearer` (a wrong token included).
-"""
+"""Who may use the admin API under Django: the bearer token or a staff session."""
 
 from __future__ import annotations
 
@@ -25,9 +18,10 @@ NOT_STAFF: Final = Refusal(403, "forbidden", "only staff users may use the admin
 
 
 def check_access(request: HttpRequest, admin_token: str | None) -> Access:
-    """Either credential lets a request in: the token first (it needs no CSRF
-    check), then a staff session (a wrong token from a staff user's browser
-    still gets in through the session, CSRF-checked)."""
+    """The token first (in, with no CSRF check: no cookie is involved), then a
+    logged-in active staff user (in, unsafe methods CSRF-checked; a wrong token
+    from a staff user's browser still gets in this way). Any other logged-in
+    user is a 403; anyone else a 401."""
     presented = bearer_token(request.headers.get("Authorization"))
     if token_matches(presented, admin_token):
         return TOKEN_ACCESS

@@ -1,26 +1,21 @@
 """SQLAlchemy on Django's own connection, for enqueueing in the host's transaction.
 
-`app.queue.request_analysis` runs unchanged on a SQLAlchemy `Connection`
-whose DBAPI connection is the psycopg connection Django already holds for
-`connections[alias]` in the calling thread: the same statements, the same
-race handling, and no second connection. SQLAlchemy never controls that
-connection's transaction: its commit, rollback and close are no-ops on the
-wrapper below, so Django's `transaction.atomic()` alone decides (the same
-idea as aldjemy's `DjangoPool`, without reaching into pool internals).
+An engine's connections are the psycopg connection Django holds for the alias
+in the calling thread. SQLAlchemy's commit, rollback and close are no-ops on
+them, so Django's `transaction.atomic()` alone decides (aldjemy's
+`DjangoPool` idea, without reaching into pool internals).
 """
 
 from __future__ import annotations
 
 import threading
-import uuid
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 from psycopg.types.json import JsonbLoader, JsonLoader
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 
-from app.queue import request_analysis as queue_request_analysis
 from app.web.django.conf import check_postgresql
 
 
@@ -97,20 +92,3 @@ class BorrowedEngines:
             for engine in self._engines.values():
                 engine.dispose(close=False)
             self._engines.clear()
-
-
-def request_analysis(
-    engines: BorrowedEngines, page_id: uuid.UUID, *, force: bool, using: str
-) -> uuid.UUID | None:
-    """`app.queue.request_analysis` on Django's connection `using`.
-
-    Inside an open `transaction.atomic()` it joins that transaction (no
-    savepoint: the enqueue raises nothing on a duplicate); outside one it
-    runs in a transaction of its own, so its few statements are atomic.
-    """
-    engine = engines.engine(using)  # ImproperlyConfigured unless PostgreSQL
-    with transaction.atomic(using=using, savepoint=False):
-        django_connection = connections[using]
-        django_connection.validate_no_broken_transaction()
-        with engine.connect() as conn:
-            return queue_request_analysis(conn, page_id, force=force)

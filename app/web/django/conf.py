@@ -5,7 +5,7 @@ Read when the app is ready and whenever a URL is needed, never at import time.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 from django.conf import settings
@@ -46,13 +46,7 @@ class PageAnalysisSettings:
     PgBouncer in transaction mode); unset: the Django database's."""
 
 
-_KEYS: Final = {
-    "ADMIN_TOKEN": "admin_token",
-    "DATABASE_ALIAS": "database_alias",
-    "MAX_EVENT_STREAMS": "max_event_streams",
-    "EVENT_KEEPALIVE_SECONDS": "event_keepalive_seconds",
-    "LISTEN_DATABASE_URL": "listen_database_url",
-}
+_KEYS: Final = tuple(field.name.upper() for field in fields(PageAnalysisSettings))
 
 
 def page_analysis_settings() -> PageAnalysisSettings:
@@ -65,8 +59,7 @@ def page_analysis_settings() -> PageAnalysisSettings:
         raise ImproperlyConfigured(
             f"{SETTING} has unknown key(s) {', '.join(unknown)}; known: {', '.join(_KEYS)}"
         )
-    values = {_KEYS[key]: value for key, value in raw.items()}
-    parsed = PageAnalysisSettings(**values)
+    parsed = PageAnalysisSettings(**{key.lower(): value for key, value in raw.items()})
     token = parsed.admin_token
     if token is not None and (not isinstance(token, str) or not token.strip()):
         raise ImproperlyConfigured(f"{SETTING}['ADMIN_TOKEN'] must be a non-empty string")
