@@ -1,7 +1,7 @@
 """Admin access, framework-neutral: the `Access` an adapter hands `app.web.api`.
 
 Flask authenticates with `AdminAuth` (a bearer token and/or the host's
-`authorize(request)`), Django in `app.web.django.auth` (the bearer token or a
+`authorize(request)`), Django in `app.web.django.views` (the bearer token or a
 staff session). A wrong or missing credential is a 401, a host check that
 says no a 403; every 401 (and a 403 when a token would also do) carries
 `WWW-Authenticate: Bearer`.

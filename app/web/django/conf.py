@@ -23,10 +23,12 @@ DEFAULT_DATABASE_ALIAS: Final = "default"
 
 POSTGRESQL_ENGINE: Final = "django.db.backends.postgresql"
 
-# Connection parameters Django hands psycopg that are Python objects, not
-# conninfo keywords, or that only make sense for Django's own connections.
-_DJANGO_ONLY_PARAMS: Final = frozenset(
-    {"cursor_factory", "context", "prepare_threshold", "pool", "server_side_binding"}
+# Connection parameters that are not a URL's query: the URL's own parts, and
+# those Django hands psycopg that are Python objects, not conninfo keywords,
+# or that only make sense for Django's own connections.
+_NOT_QUERY: Final = frozenset(
+    {"user", "password", "dbname", "host", "port"}
+    | {"cursor_factory", "context", "prepare_threshold", "pool", "server_side_binding"}
 )
 
 
@@ -105,14 +107,11 @@ def sqlalchemy_url(alias: str = DEFAULT_DATABASE_ALIAS) -> URL:
     return url_from_connection_params(connections[alias].get_connection_params())
 
 
-def url_from_connection_params(connection_params: dict[str, Any]) -> URL:
+def url_from_connection_params(params: dict[str, Any]) -> URL:
     """The SQLAlchemy URL for the psycopg `connect()` keywords Django builds."""
-    params = dict(connection_params)
-    for name in _DJANGO_ONLY_PARAMS:
-        params.pop(name, None)
-    host = params.pop("host", None)
-    port = params.pop("port", None)
-    query = {name: str(value) for name, value in params.items() if name not in _URL_PARTS}
+    host = params.get("host")
+    port = params.get("port")
+    query = {name: str(value) for name, value in params.items() if name not in _NOT_QUERY}
     if host and str(host).startswith("/"):
         # A Unix socket directory has no place in the URL's host part.
         query["host"] = str(host)
@@ -126,9 +125,6 @@ def url_from_connection_params(connection_params: dict[str, Any]) -> URL:
         database=params.get("dbname"),
         query=query,
     )
-
-
-_URL_PARTS: Final = frozenset({"user", "password", "dbname"})
 
 
 def database_from_url(url: str) -> dict[str, Any]:

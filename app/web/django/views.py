@@ -1,10 +1,11 @@
 """The admin API and page as Django views: `app.web.api` translated, with
-Django's authentication (`app.web.django.auth`) and its CSRF check for a
-session's writes."""
+Django's authentication (a staff session or the bearer token) and its CSRF
+check for a session's writes."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from django.apps import apps
 from django.conf import settings
@@ -13,10 +14,17 @@ from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 
 from app.web.api import ApiRequest, ApiResponse, Route, page_response
-from app.web.auth import Refusal
+from app.web.auth import TOKEN_ACCESS, WRONG_TOKEN, Access, Refusal, bearer_token, token_matches
 from app.web.django.apps import page_analysis_app
-from app.web.django.auth import check_access
 from app.web.page import admin_page_html
+
+NO_CREDENTIALS: Final = Refusal(
+    401,
+    "unauthorized",
+    "log in as a staff user or send Authorization: Bearer <token>",
+    "Bearer",
+)
+NOT_STAFF: Final = Refusal(403, "forbidden", "only staff users may use the admin API")
 
 
 def api_view(route: Route) -> Callable[..., HttpResponseBase]:
@@ -38,6 +46,22 @@ def api_view(route: Route) -> Callable[..., HttpResponseBase]:
         return _response(app.api.handle(route, api_request))
 
     return view
+
+
+def check_access(request: HttpRequest, admin_token: str | None) -> Access:
+    """The token first (in, with no CSRF check: no cookie is involved), then a
+    logged-in active staff user (in, unsafe methods CSRF-checked; a wrong token
+    from a staff user's browser still gets in this way). Any other logged-in
+    user is a 403; anyone else a 401."""
+    presented = bearer_token(request.headers.get("Authorization"))
+    if token_matches(presented, admin_token):
+        return TOKEN_ACCESS
+    user = getattr(request, "user", None)  # absent without AuthenticationMiddleware
+    if user is not None and user.is_authenticated:
+        if user.is_active and user.is_staff:
+            return Access(ambient=True, who=f"staff user {user.get_username()}")
+        return Access(NOT_STAFF)
+    return Access(WRONG_TOKEN if presented is not None else NO_CREDENTIALS)
 
 
 @csrf_exempt  # it accepts no writes; a POST gets a JSON 405
