@@ -10,8 +10,6 @@ import functools
 import html
 from importlib import resources
 
-_HEAD_END = "</head>"
-
 
 @functools.cache
 def _template() -> str:
@@ -33,4 +31,4 @@ def admin_page_html(*, login_url: str | None = None, token_accepted: bool = True
         tags.append('<meta name="page-analysis-token" content="none">')
     if not tags:
         return page
-    return page.replace(_HEAD_END, "\n".join(tags) + "\n" + _HEAD_END, 1)
+    return page.replace("</head>", "\n".join(tags) + "\n</head>", 1)

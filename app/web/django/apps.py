@@ -6,7 +6,6 @@ import threading
 
 from django.apps import AppConfig, apps
 from sqlalchemy import Engine
-from sqlalchemy.engine import URL
 
 from app.db import connect_kwargs, make_engine
 from app.web.api import AdminApi
@@ -47,10 +46,6 @@ class PageAnalysisConfig(AppConfig):
         )
         self.api = AdminApi(self.admin_engine, self.event_streams)
 
-    def database_url(self) -> URL:
-        """SQLAlchemy URL of the configured Django database, as it is now."""
-        return sqlalchemy_url(self.settings.database_alias)
-
     def admin_engine(self) -> Engine:
         """The engine of the admin views, built on first use.
 
@@ -58,7 +53,7 @@ class PageAnalysisConfig(AppConfig):
         test runner renames the database after `ready()`): an admin view must
         never read a database other than the one Django uses.
         """
-        url = self.database_url()
+        url = sqlalchemy_url(self.settings.database_alias)
         with self._lock:
             if self._admin_engine is None or self._admin_engine.url != url:
                 if self._admin_engine is not None:

@@ -13,6 +13,7 @@ from django.db import connections
 from app.cli import commands as cli
 from app.cli.shutdown import exit_process
 from app.web.django.apps import page_analysis_app
+from app.web.django.conf import sqlalchemy_url
 
 
 class Command(BaseCommand):
@@ -39,14 +40,15 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        url = page_analysis_app().database_url().render_as_string(hide_password=False)
+        app = page_analysis_app()
+        url = sqlalchemy_url(app.settings.database_alias).render_as_string(hide_password=False)
         # The runner's threads run no Django code: they use the worker's own
         # SQLAlchemy engine. Close anything Django opened while starting, so
         # no Django connection sits idle for the worker's lifetime.
         connections.close_all()
         # The CLI reads its settings from the environment; this process is ours.
         os.environ["DATABASE_URL"] = url
-        listen_url = page_analysis_app().settings.listen_database_url
+        listen_url = app.settings.listen_database_url
         if listen_url:
             os.environ["LISTEN_DATABASE_URL"] = listen_url
         argv = ["--log-level", options["log_level"], "run-worker"]
