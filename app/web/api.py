@@ -32,8 +32,6 @@ one itself (a JSON 405), never the framework's HTML error page."""
 RETRY_AFTER_SECONDS: Final = 5
 """`Retry-After` of a 503 from `api/events`."""
 
-JSON: Final = "application/json"
-
 
 @dataclass(frozen=True, slots=True)
 class ApiRequest:
@@ -64,7 +62,7 @@ class ApiResponse:
 
     status: int
     content: str | EventStream
-    content_type: str = JSON
+    content_type: str = "application/json"
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -81,7 +79,8 @@ def error_response(
 
 
 def refusal_response(refusal: Refusal) -> ApiResponse:
-    return error_response(refusal.status, refusal.code, refusal.message, refusal.headers())
+    challenge = {"WWW-Authenticate": refusal.www_authenticate} if refusal.www_authenticate else {}
+    return error_response(refusal.status, refusal.code, refusal.message, challenge)
 
 
 def page_response(method: str, html: str) -> ApiResponse:

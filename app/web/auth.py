@@ -33,9 +33,6 @@ class Refusal:
     message: str
     www_authenticate: str | None = None
 
-    def headers(self) -> dict[str, str]:
-        return {"WWW-Authenticate": self.www_authenticate} if self.www_authenticate else {}
-
 
 WRONG_TOKEN: Final = Refusal(
     401, "unauthorized", "the bearer token is not valid", 'Bearer error="invalid_token"'

@@ -28,8 +28,7 @@ def request_analysis(
     from app.queue import request_analysis as queue_request_analysis
     from app.web.django.apps import page_analysis_app
 
-    if not isinstance(page_id, uuid.UUID):
-        page_id = uuid.UUID(str(page_id))
+    page_id = uuid.UUID(str(page_id))  # a bad id raises here, outside the host's transaction
     engine = page_analysis_app().borrowed.engine(using)
     with transaction.atomic(using=using, savepoint=False):
         connections[using].validate_no_broken_transaction()

@@ -115,17 +115,12 @@ def _csrf_refusal(request: HttpRequest) -> Refusal | None:
 
 
 def _response(answer: ApiResponse) -> HttpResponseBase:
-    response: HttpResponseBase
-    if isinstance(answer.content, str):
-        response = HttpResponse(
-            answer.content, status=answer.status, content_type=answer.content_type
-        )
-    else:
-        # Django closes the stream (its LISTEN connection and its slot) when the
-        # response is closed, which the server does when the client goes away.
-        response = StreamingHttpResponse(
-            answer.content, status=answer.status, content_type=answer.content_type
-        )
-    for name, value in answer.headers.items():
-        response[name] = value
-    return response
+    # Django closes a stream (its LISTEN connection and its slot) when the
+    # response is closed, which the server does when the client goes away.
+    response = HttpResponse if isinstance(answer.content, str) else StreamingHttpResponse
+    return response(
+        answer.content,
+        status=answer.status,
+        content_type=answer.content_type,
+        headers=answer.headers,
+    )
