@@ -37,12 +37,10 @@ RETRY_AFTER_SECONDS: Final = 5
 class ApiRequest:
     """One API request, as the adapter saw it.
 
-    `params`: the route pattern's values; `query`: the query string (one
-    value a name); `read_body`: the raw body (called only for unsafe methods,
-    after `content_length` passed the limit); `access`: the adapter's
-    authentication; `origin_check`: the adapter's check that an unsafe request
-    let in by a session comes from the page's own origin (Django: its CSRF
-    check), `None` when it does.
+    `params`: the route pattern's values; `query`: one value a name;
+    `read_body`: called only for unsafe methods, once `content_length` passed
+    the limit; `origin_check`: whether an unsafe request let in by a session
+    comes from the page's own origin (Django: its CSRF check), `None` if so.
     """
 
     method: str
@@ -140,10 +138,8 @@ class Route:
 
 
 def _check_length(declared: str | None) -> None:
-    if declared is None or declared == "":
-        return
     # Refused before it is read.
-    if not declared.strip().isdigit() or int(declared) > admin.MAX_BODY_BYTES:
+    if declared and (not declared.strip().isdigit() or int(declared) > admin.MAX_BODY_BYTES):
         raise BadRequest(f"the body is larger than {admin.MAX_BODY_BYTES} bytes")
 
 

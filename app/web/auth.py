@@ -72,13 +72,10 @@ def token_matches(presented: str | None, expected: str | None) -> bool:
 
 def bearer_token(authorization: str | None) -> str | None:
     """The token of an `Authorization: Bearer <token>` header; `None` when there is none."""
-    if not authorization:
-        return None
-    scheme, _, value = authorization.strip().partition(" ")
+    scheme, _, value = (authorization or "").strip().partition(" ")
     if scheme.lower() != "bearer":
         return None
-    value = value.strip()
-    return value or None
+    return value.strip() or None
 
 
 class AdminAuth:

@@ -29,8 +29,7 @@ DEFAULT_KEEPALIVE_SECONDS: Final = 15.0
 """DESIGN: a comment line at least every 15 s while idle (proxies drop silent streams)."""
 
 DEFAULT_MAX_STREAMS: Final = 10
-"""Concurrent streams per `EventStreams` (one per mount, so per process): each
-holds a Postgres connection and a server thread."""
+"""Concurrent streams per mount: each holds a Postgres connection and a server thread."""
 
 FIRST_BACKOFF_SECONDS: Final = 0.25
 MAX_BACKOFF_SECONDS: Final = 10.0

@@ -20,10 +20,8 @@ from app.web.django.conf import check_postgresql
 
 
 class BorrowedConnection:
-    """Django's psycopg connection as SQLAlchemy's pool sees it.
-
-    Statements go through; transaction control and closing stay with Django.
-    """
+    """Django's psycopg connection as SQLAlchemy's pool sees it: statements go
+    through; transaction control and closing stay with Django."""
 
     def __init__(self, raw: Any) -> None:
         self._raw = raw

@@ -19,10 +19,7 @@ from app.web.django.apps import page_analysis_app
 from app.web.page import admin_page_html
 
 NO_CREDENTIALS: Final = Refusal(
-    401,
-    "unauthorized",
-    "log in as a staff user or send Authorization: Bearer <token>",
-    "Bearer",
+    401, "unauthorized", "log in as a staff user or send Authorization: Bearer <token>", "Bearer"
 )
 NOT_STAFF: Final = Refusal(403, "forbidden", "only staff users may use the admin API")
 
