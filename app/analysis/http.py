@@ -1,29 +1,19 @@
-"""Client for an OpenAI-compatible vision server: llama.cpp's llama-server, vLLM, Ollama.
+"""The `http` analyzer: a client for an OpenAI-compatible server (llama-server, vLLM, Ollama).
 
-One call to `VisionClient.analyze` is one `POST {base_url}/v1/chat/completions`
-with the page as a base64 data URL and the answer schema as
-`response_format = {"type": "json_schema", ...}`, retried on transient
-failures (connection errors, timeouts, 429, 5xx) within the caller's deadline.
-
-Errors (all from `app.errors`):
+`VisionClient.analyze` is one `POST {base_url}/v1/chat/completions` with the page as a base64
+data URL and the answer schema as `response_format`, retried on transient failures
+(`app.analysis.http_retry`) within the caller's deadline. Errors (all from `app.errors`):
 
 - `VisionRejected`: a 4xx other than 429; not retried.
-- `VisionUnavailable`: retries ran out, or the next retry would pass the
-  deadline; names the last cause.
+- `VisionUnavailable`: retries ran out, or the next would pass the deadline; names the last cause.
 - `DispatchTimeout`: the deadline ran out while a request was waiting.
 - `VisionCancelled`: the caller's cancel event was set.
 - `VisionProtocolError`: a 2xx answer that is not a chat completion.
-- `VisionError`: anything else, e.g. an answer that is cut off, not JSON, or
-  not the promised shape. These are not retried here: at temperature 0 the
-  same image gives the same answer, so the job's own backoff handles them.
+- `VisionError`: anything else (an answer cut off, not JSON, not the promised shape). Not
+  retried here: at temperature 0 the same image gives the same answer, so the job's own
+  backoff handles it.
 
-Every message says what happened in words (`connection refused`, `answered
-503: Loading model`), never the repr of a library's exception.
-
-Connections: each thread keeps its own HTTP/1.1 connection alive between
-requests (`app.analysis.http_sessions`). A kept-alive connection that the
-server closed just as a request went out fails that request before any
-answer; the first such failure of a call is retried at once, without backoff.
+Every message says what happened in words, never the repr of a library's exception.
 """
 
 from __future__ import annotations
@@ -40,7 +30,6 @@ import requests
 from app.analysis.analyzer import READY, Readiness, VisionResult
 from app.analysis.answer import ANALYSIS_SCHEMA, SYSTEM_PROMPT, USER_PROMPT, parse_analysis
 from app.analysis.http_retry import ConnectionDropped, RetryingCall, RetryPolicy
-from app.analysis.http_sessions import ThreadSessions
 from app.analysis.http_wire import (
     completion_payload,
     error_message,
@@ -83,14 +72,52 @@ class VisionObserver(Protocol):
         ...
 
 
-class VisionClient:
-    """The `http` analyzer: talks to one OpenAI-compatible server. Thread-safe: a call
-    keeps its state on its own stack, and each thread has its own HTTP session.
+class ThreadSessions:
+    """One `requests.Session` per thread, made by `factory`, for HTTP/1.1 keep-alive to the
+    server (`requests` does not promise that a session is safe to share between threads).
 
-    `session_factory` makes those sessions (one per thread that calls); all of
-    them are closed by `close()`. Backoff between retries is
-    `min(retry_initial_seconds × 2^(n−1), retry_max_seconds)`, shortened by up
-    to `retry_jitter` (a fraction) at random.
+    The session of a thread that has ended is closed when the next session is
+    made (a runner replaces a stuck worker thread: its connection must not stay
+    open for good). A thread that asks again after `close` gets a new session,
+    closed by the next `close`.
+    """
+
+    def __init__(self, factory: Callable[[], requests.Session] = requests.Session) -> None:
+        self._factory = factory
+        self._local = threading.local()
+        self._lock = threading.Lock()
+        self._open: dict[threading.Thread, requests.Session] = {}
+        self._generation = 0
+
+    def get(self) -> requests.Session:
+        """The calling thread's session."""
+        held: tuple[int, requests.Session] | None = getattr(self._local, "held", None)
+        if held is not None and held[0] == self._generation:
+            return held[1]
+        session = self._factory()
+        with self._lock:
+            ended = [thread for thread in self._open if not thread.is_alive()]
+            orphans = [self._open.pop(thread) for thread in ended]
+            self._open[threading.current_thread()] = session
+            self._local.held = (self._generation, session)
+        for orphan in orphans:
+            orphan.close()
+        return session
+
+    def close(self) -> None:
+        """Close every session handed out so far (their pooled connections with them)."""
+        with self._lock:
+            sessions = list(self._open.values())
+            self._open.clear()
+            self._generation += 1
+        for session in sessions:
+            session.close()
+
+
+class VisionClient:
+    """The `http` analyzer: talks to one OpenAI-compatible server. Thread-safe: a call keeps
+    its state on its own stack, and each thread has its own session (`ThreadSessions`, made
+    by `session_factory`). `max_attempts` and the `retry_*` arguments make its `RetryPolicy`.
     """
 
     def __init__(
@@ -120,7 +147,6 @@ class VisionClient:
         self.chat_url = f"{self.base_url}/v1/chat/completions"
         self.health_url = health_url or f"{self.base_url}/health"
         self.name = f"vision server at {self.health_url}"
-        """What log lines call this analyzer: the server, by the URL its readiness probe asks."""
         self.model = model
         self.max_tokens = max_tokens
         self.connect_timeout = connect_timeout
@@ -218,14 +244,8 @@ class VisionClient:
         cancel: threading.Event | None = None,
         job_label: str = "",
     ) -> VisionResult:
-        """Analyse `image`, retrying transient failures until `deadline` (a `time.monotonic()`).
-
-        No attempt and no backoff sleep is started that would end past the
-        deadline, and each attempt's timeouts are cut to the time left. Setting
-        `cancel` wakes a backoff sleep at once and prevents further attempts;
-        a request already in flight runs until it answers or times out.
-        `job_label` names the job in log lines.
-        """
+        """`Analyzer.analyze`, retried as `RetryingCall` says; each attempt's timeouts are cut
+        to the time left, and a request in flight runs until it answers or times out."""
         # Serialised once: the body carries the whole image, and retries reuse it.
         body = json.dumps(self.request_body(image), ensure_ascii=False).encode("utf-8")
         label = f" for {job_label}" if job_label else ""

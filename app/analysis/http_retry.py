@@ -1,10 +1,7 @@
 """How one vision request is retried: tenacity, bounded by attempts, a deadline and a cancel event.
 
-What is retried is `VisionUnavailable` (connection errors, timeouts shorter
-than the deadline, 429 and 5xx), with exponential backoff and jitter. A
-`ConnectionDropped` on the first attempt is retried at once: it is what a
-kept-alive connection looks like when the server closed it just as the
-request went out, and a new connection will do.
+`VisionUnavailable` (connection errors, timeouts shorter than the deadline, 429, 5xx) is
+retried with exponential backoff and jitter; a first `ConnectionDropped` at once.
 """
 
 from __future__ import annotations
@@ -32,8 +29,8 @@ T = TypeVar("T")
 
 
 class ConnectionDropped(VisionUnavailable):
-    """An open connection died before the answer came: a kept-alive connection the
-    server had just closed, or a server that went away mid-request."""
+    """An open connection died before the answer came: a kept-alive connection the server
+    had just closed (a new connection will do), or a server that went away mid-request."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -168,8 +168,7 @@ def transport_reason(exc: BaseException) -> str:
 
 
 def is_dropped_connection(exc: BaseException) -> bool:
-    """True when a request failed because an open connection died before the answer
-    came: a kept-alive connection the server had just closed, or a server that crashed."""
+    """True when an open connection died before the answer came (`ConnectionDropped`)."""
     causes = list(_causes(exc))
     connecting = any(isinstance(cause, urllib3.exceptions.NewConnectionError) for cause in causes)
     return not connecting and any(isinstance(cause, _DROPPED) for cause in causes)
