@@ -1,15 +1,9 @@
 """Panels of a comic page, found from its gutters, in reading order.
 
-A gutter is a band of light pixels crossing a whole region of the page.
-The page is cut recursively (an XY cut): first across, at every gutter that
-spans the full width (rows of panels, top to bottom), then each row down, at
-every gutter that spans its full height (panels, right to left for manga),
-and so on inside each piece, a few levels deep. A page wider than tall is a
-two-page spread: it is cut down first, so each page is read whole, the
-right-hand one first. A page with no clear gutters (a single panel, art
-to the edges) is one panel, and text is then ordered by position alone.
-
-Pure numpy over a greyscale array; nothing here knows of OCR.
+A gutter is a band of light pixels crossing a whole region. The page is cut recursively (an
+XY cut): rows of panels at full-width gutters, then each row into panels, and so on a few
+levels deep; a page wider than tall (a spread) is cut down first. A page with no clear
+gutters is one panel. Pure numpy over a greyscale array.
 """
 
 from __future__ import annotations
@@ -42,41 +36,31 @@ def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[
     min_gutter = max(3, round(MIN_GUTTER * short_side))
     min_panel = max(8, round(MIN_PANEL * short_side))
     panels: list[Box] = []
+
+    def cut(box: tuple[int, int, int, int], across: bool, depth: int) -> None:
+        x0, y0, x1, y1 = box
+        region = light[y0:y1, x0:x1]
+        if region.size == 0 or region.all():
+            return  # blank paper: no panel here
+        pieces = _pieces(region, across, min_gutter, min_panel)
+        if len(pieces) <= 1:
+            other = _pieces(region, not across, min_gutter, min_panel)
+            if len(other) <= 1 or depth >= MAX_DEPTH:
+                panels.append(_trim(region, box))
+                return
+            across, pieces = not across, other
+        if not across and right_to_left:
+            pieces.reverse()
+        for start, end in pieces:
+            child = (x0, y0 + start, x1, y0 + end) if across else (x0 + start, y0, x0 + end, y1)
+            if depth >= MAX_DEPTH:
+                panels.append(_trim(light[child[1] : child[3], child[0] : child[2]], child))
+            else:
+                cut(child, not across, depth + 1)
+
     # A page wider than tall is a spread: its pages first (cut down), then their rows.
-    across = width <= height
-    _cut(light, (0, 0, width, height), across, 0, min_gutter, min_panel, right_to_left, panels)
+    cut((0, 0, width, height), width <= height, 0)
     return panels or [(0.0, 0.0, float(width), float(height))]
-
-
-def _cut(
-    light: NDArray[np.bool_],
-    box: tuple[int, int, int, int],
-    across: bool,
-    depth: int,
-    min_gutter: int,
-    min_panel: int,
-    right_to_left: bool,
-    out: list[Box],
-) -> None:
-    x0, y0, x1, y1 = box
-    region = light[y0:y1, x0:x1]
-    if region.size == 0 or region.all():
-        return  # blank paper: no panel here
-    pieces = _pieces(region, across, min_gutter, min_panel)
-    if len(pieces) <= 1:
-        other = _pieces(region, not across, min_gutter, min_panel)
-        if len(other) <= 1 or depth >= MAX_DEPTH:
-            out.append(_trim(region, box))
-            return
-        across, pieces = not across, other
-    if not across and right_to_left:
-        pieces.reverse()
-    for start, end in pieces:
-        child = (x0, y0 + start, x1, y0 + end) if across else (x0 + start, y0, x0 + end, y1)
-        if depth >= MAX_DEPTH:
-            out.append(_trim(light[child[1] : child[3], child[0] : child[2]], child))
-        else:
-            _cut(light, child, not across, depth + 1, min_gutter, min_panel, right_to_left, out)
 
 
 def _pieces(
