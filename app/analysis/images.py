@@ -1,13 +1,9 @@
 """Turn stored page bytes into an image the vision server can take: PNG or JPEG, bounded size.
 
-OpenAI-compatible servers agree on PNG and JPEG data URLs; llama.cpp decodes
-images with stb_image, which reads neither WebP nor CMYK JPEG. So PNG and JPEG
-that are already small enough go through untouched (same bytes, no quality
-loss), and everything else Pillow can read is re-encoded.
-
-Decompression bombs are refused from the header size, before any pixel is
-decoded. Pillow's own global limit (`Image.MAX_IMAGE_PIXELS`) is honoured too
-but never changed here: it belongs to the host process.
+PNG and JPEG that are small enough go through untouched (same bytes); everything else Pillow
+reads is re-encoded: llama.cpp's stb_image reads neither WebP nor CMYK JPEG. Decompression
+bombs are refused from the header size, before any pixel is decoded; Pillow's global
+`Image.MAX_IMAGE_PIXELS` is honoured but never changed (it belongs to the host process).
 """
 
 from __future__ import annotations
@@ -116,10 +112,8 @@ def _refuse_bombs(size: tuple[int, int], max_pixels: int) -> None:
     """
     width, height = size
     pixels = width * height
-    limit = max_pixels
     pillow_limit = Image.MAX_IMAGE_PIXELS
-    if pillow_limit is not None:
-        limit = min(limit, pillow_limit)
+    limit = max_pixels if pillow_limit is None else min(max_pixels, pillow_limit)
     if pixels > limit:
         raise ImageError(
             f"page image refused as a decompression bomb: {width}x{height} "
@@ -158,7 +152,8 @@ def _prepare(image: Image.Image, original: bytes, max_side_px: int) -> PreparedI
         image.draft(None, _scaled_size(image.size, max_side_px))
     image.load()
 
-    has_alpha = _has_transparency(image)
+    # Palette and single-colour transparency (GIF, paletted PNG/WebP) live in info.
+    has_alpha = image.mode in _ALPHA_MODES or "transparency" in image.info
     oriented = ImageOps.exif_transpose(image) if needs_rotation else image
     converted = _convert_mode(oriented, has_alpha)
     if max(converted.size) > max_side_px:
@@ -188,13 +183,6 @@ def _scaled_size(size: tuple[int, int], max_side_px: int) -> tuple[int, int]:
         return size
     scale = max_side_px / long_side
     return max(1, round(width * scale)), max(1, round(height * scale))
-
-
-def _has_transparency(image: Image.Image) -> bool:
-    if image.mode in _ALPHA_MODES:
-        return True
-    # Palette and single-colour transparency (GIF, paletted PNG/WebP) live in info.
-    return "transparency" in image.info
 
 
 def _convert_mode(image: Image.Image, has_alpha: bool) -> Image.Image:
