@@ -1,15 +1,9 @@
 """What every analyzer offers: the `Analyzer` protocol, its `Readiness` and its result.
 
-Two analyzers meet it: `VisionClient` (`app.analysis.http`, the `http`
-backend, an OpenAI-compatible model server) and `OcrAnalyzer`
-(`app.analysis.ocr`, the `ocr` backend, in-process OCR). The composition root
-(`app.analysis.wiring`) and the handler use only this protocol, so neither
-asks which analyzer it holds.
-
-Lifecycle, in the order the wiring calls it: `start` (once, before the
-runner leases), `readiness` (by the readiness gate, repeatedly, from one
-thread), `analyze` (from the worker threads, concurrently), `close` (once,
-after the runner has stopped, only by whoever built the analyzer).
+`VisionClient` (`app.analysis.http`) and `OcrAnalyzer` (`app.analysis.ocr`) meet it. The
+wiring calls `start` once before the runner leases, `readiness` repeatedly from the gate's
+thread, `analyze` from the worker threads concurrently, and `close` once after the runner has
+stopped (only whoever built the analyzer closes it).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """The answer the vision model must give: the prompt, its JSON schema, and a validating parser.
 
-The schema is sent with every request (`response_format.json_schema`), so a
-grammar-constrained server produces the shape; the parser still validates it,
-because servers enforce only part of a schema (llama.cpp's grammar ignores a
-number's `minimum`/`maximum`, and some servers ignore the schema entirely).
-
-Bounds policy: over-long strings are truncated to their bound and extra tags
-are dropped rather than failing the page. With temperature 0 a retry would give
-the same answer, so rejecting would only turn a usable transcription into a
-dead job. Everything that is not the shape (wrong types, unknown rating, a
-score outside [0, 1]) is rejected with `VisionError`.
+The parser validates, because servers enforce only part of a schema (llama.cpp's grammar
+ignores a number's `minimum`/`maximum`; some servers ignore the schema entirely). Over-long
+strings are truncated and extra tags dropped rather than failing the page: at temperature 0 a
+retry gives the same answer, so rejecting would only turn a usable transcription into a dead
+job. Anything else that is not the shape is a `VisionError`.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Text blocks from OCR lines, and their reading order.
+"""Text blocks from OCR lines, and their reading order (the rules: docs/ocr.md, "Blocks").
 
-An OCR engine returns text lines (boxes) in no useful order for a manga
-page. This module groups lines into blocks (a speech bubble, a caption),
-orders the lines inside each block, and orders the blocks:
-
-- grouping: two lines share a block when they are set in about one size
-  (`SAME_SIZE`) and are neighbours: side by side along most of their
-  length with a gap under `JOIN_GAP` thicknesses (the columns of a bubble
-  nearly touch; the next bubble is most of a character away), or one
-  continuing the other down its column (a column the detector cut in two).
-- inside a block: a vertical block (Japanese in columns) reads its columns
-  right to left, each top to bottom; a horizontal block reads its lines top
-  to bottom, each left to right.
-- blocks: panel by panel, in the panels' order (`app.analysis.panels`);
-  within a panel in rows from top to bottom, each row right to left (left
-  to right on a left-to-right page). A block joins the current row when
-  its top lies above the vertical middle of a block already in it.
-
-Pure functions, no OCR engine and no image: tests feed boxes directly.
+Lines are grouped into blocks (a bubble, a caption), the lines of a block put in order, and
+the blocks read panel by panel (`app.analysis.panels`), in rows top to bottom, each row right
+to left (left to right on a left-to-right page). Pure functions: tests feed boxes directly.
 """
 
 from __future__ import annotations

@@ -1,36 +1,13 @@
-"""The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr`.
+"""The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr` (docs/ocr.md).
 
-It is an `Analyzer` (`app.analysis.analyzer`), as the vision client is, so
-the runner, heartbeats, fencing, deadlines, cancellation and events are the
-same. It fills `ocr_text` (one line per
-text block) and `ocr_blocks` (each block's text, box in the original image's
-pixels, orientation and score), in reading order: lines are read by
-`app.analysis.ocr_pipeline` and turned into dialogue blocks by
-`app.analysis.reading`. It leaves tags and description empty and the NSFW
-verdict `None` (nothing was judged), and names the engine and model files as
-`model`. docs/ocr.md says what it reads and drops, and how well.
+Lines are read by `app.analysis.ocr_pipeline` and made into dialogue blocks in reading order
+by `app.analysis.reading`. Only the ONNX models inside rapidocr's wheel are used, by explicit
+path, so rapidocr never resolves (and downloads) a default model.
 
-Models: only the ONNX files inside rapidocr's wheel (PP-OCRv6 small
-detection and recognition; the recogniser is multilingual and carries its
-own character dictionary). Their paths are passed explicitly, so rapidocr
-never resolves a default model, which it would download. A missing file is
-`OcrModelMissing` when the analyzer is built, a start-up error; no job is
-ever tried without a model. The direction classifier (0°/180° lines) is
-off: manga text is not printed upside down, and it costs time per line.
-
-Loading: rapidocr builds its ONNX sessions lazily on the first call, so
-`start` builds them on a background thread and warms them up with a
-real OCR call; `readiness` (the readiness gate's probe) says ready only after
-that. A slow load therefore holds the gate closed instead of eating into a
-job's deadline.
-
-Threads: worker threads share one engine without a lock. ONNX Runtime
-documents `InferenceSession.run` as safe to call concurrently, and the model
-wrappers of rapidocr 3.x used here keep per-call state on the stack (rapidocr
-loads its sessions under its own locks; the only shared write per call is its
-detector's stateless pre-processor, rebuilt identically each call). Each call
-runs on one ONNX Runtime thread (`DEFAULT_THREADS`): the worker threads give
-the concurrency, and one thread per call wastes no CPU on synchronisation.
+Threads: worker threads share one engine without a lock. ONNX Runtime documents
+`InferenceSession.run` as safe to call concurrently, and the model wrappers of rapidocr 3.x
+keep per-call state on the stack (rapidocr loads its sessions under its own locks; the only
+shared write per call is its detector's stateless pre-processor, rebuilt identically).
 """
 
 from __future__ import annotations
@@ -145,7 +122,6 @@ class OcrAnalyzer:
             f" (onnxruntime {_version('onnxruntime')})"
         )
         self.name = f"in-process OCR ({self.model})"
-        """What log lines call this analyzer (there is no URL)."""
         self.load_seconds: float | None = None
         """How long loading and warming up took, once loaded."""
         self._engine: Any = None
@@ -175,7 +151,8 @@ class OcrAnalyzer:
         return Readiness(False, "the OCR models are loading", starting=True)
 
     def load(self) -> None:
-        """Load and warm up the models now (once per analyzer); raises `OcrModelError`."""
+        """Load and warm up the models now (once per analyzer); raises `OcrModelError`.
+        rapidocr builds its ONNX sessions lazily, on the first call: the warm-up makes them."""
         with self._load_lock:
             if self._ready.is_set():
                 return
@@ -184,6 +161,7 @@ class OcrAnalyzer:
                 from rapidocr import RapidOCR
 
                 params: dict[str, Any] = {
+                    # No direction classifier: manga text is not printed upside down.
                     "Global.use_cls": False,
                     "Det.limit_type": "max",
                     "Det.limit_side_len": DET_LIMIT_SIDE,

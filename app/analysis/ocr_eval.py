@@ -1,30 +1,8 @@
 """Measure the `ocr` analyzer on real pages: `make eval-ocr DATA=<folder>`.
 
-`python -m app.analysis.ocr_eval <folder>` runs the real `OcrAnalyzer` (the
-same image preparation as the worker) over every image named in
-`<folder>/ground_truth.json` (images in `<folder>/images/` or the folder
-itself) and prints, per image and pooled (all images, pages, crops):
-
-- **CER**: character error rate of everything returned against the ground
-  truth, both sides NFKC-normalised with all whitespace removed: the edit
-  distance between the ground-truth blocks joined in reading order and the
-  returned blocks joined in the order returned, over the ground truth's
-  length. Returned blocks whose box centre lies in an `ignore` region (sound
-  effects, page numbers...) are left out, as the data set asks; all other
-  output counts, noise included.
-- **blocks intact**: the share of ground-truth blocks that some returned
-  block reproduces as one unit: its own CER against that block is at most
-  `INTACT_MAX_CER` (a block split in two, or merged with its neighbour, is
-  far above that; a misread character or two is not).
-- **order**: of the consecutive pairs of ground-truth blocks that were both
-  found (best returned block within `FOUND_MAX_CER`), the share returned in
-  the same order.
-- **CPU s** and **wall s** per image: `time.process_time` (all threads of
-  this process) and wall time around `analyze`. The machine may be shared:
-  CPU seconds are the figure to compare.
-
-It also prints the model load time and the process's peak RSS. The
-ground-truth format is described in `docs/ocr.md`.
+Runs the real `OcrAnalyzer`, with the worker's image preparation, over the images of
+`<folder>/ground_truth.json` and prints CER, blocks intact, reading order, CPU and wall
+seconds per image and pooled; docs/ocr.md ("Measuring it") defines each figure and the format.
 """
 
 from __future__ import annotations

@@ -1,29 +1,13 @@
 """Detection and recognition with rapidocr's models, at a scale chosen for the lettering.
 
-rapidocr's own pipeline sizes the detector's input by the image (by default
-it enlarges the short side to 736 px), which blows small images up and reads
-every page at whatever size it came. Here the detector runs at a scale that
-suits the page's lettering instead:
+rapidocr's own pipeline sizes the detector's input by the image (it enlarges the short side
+to 736 px). Here a page is detected at its own size, only ever scaled down to `DET_MAX_SIDE`,
+and enlarged only when its lettering is small; each line is recognised from the
+full-resolution image (docs/ocr.md, "What it reads").
 
-- a paper margin is added first: text touching the edge of a tight crop (a
-  single bubble) is otherwise missed or cut;
-- the page is detected at its own size, only ever scaled down to
-  `DET_MAX_SIDE` (lettering of a printed page stays 20-30 px high, where the
-  detector does best, at half the CPU of full size);
-- when the lettering found is small in the image itself (a small scan,
-  characters about 10-15 px), the page is detected again, enlarged so that
-  it is about `DET_TARGET_TEXT_PX` thick: an enlargement decided by the
-  text, never by the image's size;
-- a small image (a single bubble, under `SECOND_LOOK_MAX_PIXELS`) is cheap to
-  detect twice: it is detected again enlarged by `SECOND_LOOK_SCALE`, and
-  boxes that pass finds beside the first ones are added (stylised lettering
-  thicker than print is sometimes found only enlarged). What the first pass
-  found is kept as it was;
-- each line is recognised from the full-resolution image.
-
-Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop
-helper) rather than its `__call__`, which has no per-call scale. They keep no
-per-call state that differs between calls, so threads may share one engine.
+Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
+than its `__call__`, which has no per-call scale. They keep no per-call state that differs
+between calls, so threads may share one engine.
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """From OCR lines to the text a reader reads: dialogue blocks in reading order.
 
-The steps, each in its own module: drop what is not dialogue
-(`app.analysis.text_filter`: furigana, sound effects, marks), find the panels
-(`app.analysis.panels`), group lines into blocks and order them
-(`app.analysis.layout`).
-
-Direction is decided per page: a page with Japanese or Chinese text is read
-as manga (right to left); a page whose text is almost all Latin (an English
-comic, a webtoon) is read left to right.
+Drops what is not dialogue (`app.analysis.text_filter`), finds the panels
+(`app.analysis.panels`), and groups and orders the blocks (`app.analysis.layout`).
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """What is not dialogue: furigana, sound effects and stray marks, found among OCR lines.
 
-Pure functions over `TextLine`s (boxes, text and the recogniser's score), so
-tests feed boxes directly. The choices, and what they cost:
-
-- **Furigana**: a column (or a line) of kana at most `FURIGANA_MAX_RATIO` as
-  thick as a main column it hugs (within `FURIGANA_MAX_GAP` of its own
-  thickness, beside it along most of its length) is ruby, not text. A real
-  narrow column of kana right beside a wider one would be lost too; that
-  layout does not occur in speech bubbles, where one size is used.
-- **Marks and sound effects**: a line is dropped when the recogniser is
-  unsure of it (a block's score below `MIN_BLOCK_SCORE`: hand-lettered effects read as
-  garbage score low), when it is oversized (thicker than `OVERSIZED_RATIO` ×
-  the page's median line) and neither read with confidence (`OVERSIZED_MIN_SCORE`)
-  nor mostly kanji (sound effects are written in kana; a shouted name is not),
-  or when it is not a word (one or two Latin letters or digits alone: page
-  numbers, an `E` read in a drawing; Latin read down a column). The cost:
-  a short real line the recogniser is unsure of is dropped with the noise,
-  and a sound effect set in a clean font is read like dialogue.
+Pure functions over `TextLine`s, so tests feed boxes directly. The rules, and what they cost
+in recall, are in docs/ocr.md ("What is not text"); the thresholds are the constants below.
 """
 
 from __future__ import annotations
@@ -72,7 +57,9 @@ def _gap(a: TextLine, b: TextLine, vertical: bool) -> float:
 
 
 def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
-    """True when `line` is ruby beside one of `others` (see the module's rule)."""
+    """True when `line` is ruby beside one of `others`: kana at most `FURIGANA_MAX_RATIO`
+    as thick as a column it hugs. A real narrow kana column beside a wider one would be
+    lost too; speech bubbles, set in one size, have none."""
     if not is_kana(line.text):
         return False
     vertical = line.orientation != "h"

@@ -1,12 +1,4 @@
-"""The composition root: builds the page-analysis runner from `Settings`.
-
-Hosts and tests can hand in their own engine or analyzer; only what is
-built here is closed here. `settings.backend` picks the analyzer: a
-`VisionClient` for `http`, an `OcrAnalyzer` for `ocr`. Either is started
-before the runner is handed out (the OCR models start loading on a
-background thread; the readiness gate stays closed until they are loaded
-and warmed up).
-"""
+"""The composition root: builds the page-analysis runner from `Settings`."""
 
 from __future__ import annotations
 
@@ -46,13 +38,14 @@ def analysis_runner(
 ) -> Iterator[Runner]:
     """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit.
 
+    Without `vision`, `settings.backend` picks a `VisionClient` or an `OcrAnalyzer`.
     `vision_observer` hears every readiness probe of the gate (whatever the
     backend), and every request of a vision client built here.
 
-    The analyzer is started here, whoever built it. With the `ocr` backend, a
-    missing model raises `OcrModelMissing` here; an analyzer that fails to
-    start (a model that cannot load) stops the runner, and its error is
-    raised when the block exits.
+    The analyzer is started here, whoever built it (the gate stays closed until it is
+    ready). With the `ocr` backend, a missing model raises `OcrModelMissing` here; an
+    analyzer that fails to start stops the runner, and its error is raised when the
+    block exits.
     """
     with ExitStack() as owned:
         if engine is None:
