@@ -42,7 +42,6 @@ from app.config import (
     DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
     DEFAULT_VISION_MAX_TOKENS,
     DEFAULT_VISION_READ_TIMEOUT_SECONDS,
-    Settings,
 )
 from app.errors import (
     DispatchTimeout,
@@ -154,24 +153,6 @@ class VisionClient:
         self._api_key = api_key
         self._observer = observer
         self._sessions = ThreadSessions(session_factory)
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, *, observer: VisionObserver | None = None
-    ) -> VisionClient:
-        """A client configured from the `VISION_*` settings; `ValueError` without `VISION_URL`."""
-        if not settings.vision_url:
-            raise ValueError("VISION_URL is not set: the http backend needs a model server")
-        return cls(
-            base_url=settings.vision_url,
-            model=settings.vision_model,
-            api_key=settings.vision_api_key,
-            health_url=settings.health_url,
-            max_tokens=settings.vision_max_tokens,
-            connect_timeout=settings.vision_connect_timeout_seconds,
-            read_timeout=settings.vision_read_timeout_seconds,
-            observer=observer,
-        )
 
     def __repr__(self) -> str:
         # No api_key here: reprs end up in logs.

@@ -58,8 +58,19 @@ def analysis_runner(
                 from app.analysis.ocr import OcrAnalyzer
 
                 vision = OcrAnalyzer()
+            elif not settings.vision_url:
+                raise ValueError("VISION_URL is not set: the http backend needs a model server")
             else:
-                vision = VisionClient.from_settings(settings, observer=vision_observer)
+                vision = VisionClient(
+                    base_url=settings.vision_url,
+                    model=settings.vision_model,
+                    api_key=settings.vision_api_key,
+                    health_url=settings.health_url,
+                    max_tokens=settings.vision_max_tokens,
+                    connect_timeout=settings.vision_connect_timeout_seconds,
+                    read_timeout=settings.vision_read_timeout_seconds,
+                    observer=vision_observer,
+                )
             owned.callback(vision.close)
         handler = PageAnalysisHandler(
             storage=LocalStorage(settings.storage_root),
