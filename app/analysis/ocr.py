@@ -246,7 +246,8 @@ class OcrAnalyzer:
         try:
             blocks = [block for block in self._read(self._engine, page) if block.text]
         finally:
-            _release_memory()
+            if (trim := _malloc_trim()) is not None:
+                trim(0)
         _check(deadline, cancel, job_label)
         width, height = image.original_size or page.size
         scale_x, scale_y = width / page.width, height / page.height
@@ -276,22 +277,14 @@ def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> N
 
 @functools.cache
 def _malloc_trim() -> Callable[[int], int] | None:
+    """glibc's `malloc_trim`, called after each page. ONNX Runtime runs without its arena,
+    so the models' working memory (about 200 MB for a page) comes from malloc, and glibc
+    keeps freed blocks for reuse by the thread that freed them: an idle worker would stay
+    at its peak. `malloc_trim` hands them back to the system."""
     try:
         return ctypes.CDLL("libc.so.6").malloc_trim
     except (OSError, AttributeError):
         return None  # not glibc: nothing to do
-
-
-def _release_memory() -> None:
-    """Give the memory of the page just read back to the system.
-
-    ONNX Runtime runs without its arena (rapidocr's setting), so the models'
-    working memory (about 200 MB for a page) comes from malloc, and glibc
-    keeps freed blocks for reuse by the thread that freed them: an idle
-    worker would stay at its peak. `malloc_trim` hands them back."""
-    trim = _malloc_trim()
-    if trim is not None:
-        trim(0)
 
 
 def _decode(image: PreparedImage) -> Image.Image:
