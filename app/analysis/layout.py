@@ -142,8 +142,13 @@ def reading_order(
     in turn. Without panels the page is one panel. `right_to_left`: manga
     order; `False` reads rows left to right (comics, webtoons).
     """
-    blocks = [_order_block(group) for group in _group(lines)]
-    return _order_blocks(blocks, panels, right_to_left)
+    by_panel: dict[int, list[Block]] = {}
+    for block in (_order_block(group) for group in _group(lines)):
+        by_panel.setdefault(_panel_of(block, panels), []).append(block)
+    ordered: list[Block] = []
+    for index in sorted(by_panel):
+        ordered.extend(_order_rows(by_panel[index], right_to_left))
+    return ordered
 
 
 def page_text(lines: Sequence[TextLine]) -> str:
@@ -276,16 +281,6 @@ def _panel_of(block: Block, panels: Sequence[Box]) -> int:
         if x0 <= cx <= x1 and y0 <= cy <= y1:
             return index
     return len(panels)  # outside every panel (a caption in a gutter): read last
-
-
-def _order_blocks(blocks: list[Block], panels: Sequence[Box], right_to_left: bool) -> list[Block]:
-    by_panel: dict[int, list[Block]] = {}
-    for block in blocks:
-        by_panel.setdefault(_panel_of(block, panels), []).append(block)
-    ordered: list[Block] = []
-    for index in sorted(by_panel):
-        ordered.extend(_order_rows(by_panel[index], right_to_left))
-    return ordered
 
 
 def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
