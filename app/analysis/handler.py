@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -20,12 +19,6 @@ from app.storage import Storage
 from app.worker.handler import JobContext
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class PageJob:
-    payload: AnalyzePage
-    page: PageContext
 
 
 class PageAnalysisHandler:
@@ -49,7 +42,7 @@ class PageAnalysisHandler:
         self._max_image_bytes = max_image_bytes
         self._max_side_px = max_side_px
 
-    def load(self, conn: Connection, lease: Lease) -> PageJob | None:
+    def load(self, conn: Connection, lease: Lease) -> PageContext | None:
         payload = lease.payload
         if not isinstance(payload, AnalyzePage):
             raise TypeError(f"expected an analyze_page payload, got {payload.kind}")
@@ -66,17 +59,15 @@ class PageAnalysisHandler:
                 payload.page_id,
             )
             return None
-        return PageJob(payload, page)
+        return page
 
-    def describe(self, item: PageJob) -> str:
-        page = item.page
+    def describe(self, page: PageContext) -> str:
         return (
             f"page {page.page_id}: {page.manga_title!r} ch. {page.chapter_number} "
             f"p. {page.page_number}"
         )
 
-    def breadcrumb(self, item: PageJob) -> Mapping[str, Any] | None:
-        page = item.page
+    def breadcrumb(self, page: PageContext) -> Mapping[str, Any] | None:
         return {
             "page_id": page.page_id,
             "manga_id": page.manga_id,
@@ -86,11 +77,11 @@ class PageAnalysisHandler:
             "page_number": page.page_number,
         }
 
-    def log_fields(self, item: PageJob) -> Mapping[str, Any]:
-        return {"page_id": str(item.page.page_id)}
+    def log_fields(self, page: PageContext) -> Mapping[str, Any]:
+        return {"page_id": str(page.page_id)}
 
-    def execute(self, item: PageJob, ctx: JobContext) -> VisionResult:
-        data = self._storage.read_bytes(item.page.storage_key, self._max_image_bytes)
+    def execute(self, page: PageContext, ctx: JobContext) -> VisionResult:
+        data = self._storage.read_bytes(page.storage_key, self._max_image_bytes)
         image = prepare_image(data, max_side_px=self._max_side_px)
         if image.reencoded:
             logger.info(
@@ -104,10 +95,14 @@ class PageAnalysisHandler:
             image, deadline=ctx.deadline, cancel=ctx.cancel, job_label=ctx.label
         )
 
-    def save(self, conn: Connection, item: PageJob, result: VisionResult, ctx: JobContext) -> None:
-        save_done(conn, item.page.page_id, result.record(), duration_ms=ctx.elapsed_ms())
+    def save(
+        self, conn: Connection, page: PageContext, result: VisionResult, ctx: JobContext
+    ) -> None:
+        save_done(conn, page.page_id, result.record(), duration_ms=ctx.elapsed_ms())
 
-    def save_failure(self, conn: Connection, item: PageJob, error: str, ctx: JobContext) -> None:
+    def save_failure(
+        self, conn: Connection, page: PageContext, error: str, ctx: JobContext
+    ) -> None:
         save_failed(
-            conn, item.page.page_id, error, model=self._vision.model, duration_ms=ctx.elapsed_ms()
+            conn, page.page_id, error, model=self._vision.model, duration_ms=ctx.elapsed_ms()
         )
