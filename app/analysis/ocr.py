@@ -56,7 +56,8 @@ recognition; rapidocr's 320 pads a two-character column to seven cells. 240 save
 quarter of the recognition CPU and reads short lines better. Less (160) read the real
 pages better still but lost "ー" and "っ" from short drawn columns (docs/ocr.md)."""
 REC_BATCH: Final = 1
-"""Lines recognised per call: one costs no CPU over six (no padding) and bounds memory."""
+"""Lines recognised per call: one costs no CPU over six (no padding) and bounds memory (a
+batch is padded to its widest line: six long lines took 800 MB)."""
 DEFAULT_THREADS: Final = 1
 """ONNX Runtime threads per call: each worker thread runs its own page, so one thread per
 call spends no CPU on spinning and synchronising threads."""
@@ -168,10 +169,7 @@ class OcrAnalyzer:
                     "Det.unclip_ratio": DET_UNCLIP_RATIO,
                     "EngineConfig.onnxruntime.intra_op_num_threads": self._threads,
                     "EngineConfig.onnxruntime.inter_op_num_threads": 1,
-                    # One line per recognition call: a batch is padded to its widest
-                    # line, and memory grows with batch x width (6 long lines: 800 MB).
                     "Rec.rec_batch_num": REC_BATCH,
-                    # Lines are padded to the widest of their batch but at least to this.
                     "Rec.rec_img_shape": [3, 48, REC_MIN_WIDTH],
                     # No memory arena: it keeps the peak of the largest page for good.
                     "EngineConfig.onnxruntime.enable_cpu_mem_arena": False,

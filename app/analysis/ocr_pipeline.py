@@ -76,9 +76,7 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
                 boxes = _detect(detector, source, enlarged)
                 second_look = False
     if second_look:
-        # A small image (a bubble) is cheap to look at twice; stylised lettering
-        # thicker than print is sometimes found only enlarged. What the first look
-        # found stays as it was read; the second adds only what it missed.
+        # Stylised lettering thicker than print is sometimes found only enlarged.
         extra = _detect(detector, source, SECOND_LOOK_SCALE)
         boxes += [box for box in extra if _new(box, boxes)]
     if not boxes:
