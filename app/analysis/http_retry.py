@@ -88,18 +88,10 @@ class RetryingCall(Generic[T]):
             before_sleep=self._log_retry,
             retry_error_callback=self._give_up,
         )
-        try:
-            result: T = retrying(self._counted)
-        except _SleptPastDeadline as overrun:
-            cause = overrun.last_failure
-            raise self._unavailable(cause, "no time left before the deadline") from cause
+        result: T = retrying(self._counted)
         return result
 
     def _counted(self) -> T:
-        if self._last_failure is not None and time.monotonic() >= self._deadline:
-            # A backoff sleep that was to end in time overran it (a busy machine):
-            # give up as the stop check would have, naming the last real failure.
-            raise _SleptPastDeadline(self._last_failure)
         self.attempts += 1
         return self._attempt()
 
@@ -127,6 +119,12 @@ class RetryingCall(Generic[T]):
             self._cancel.wait(seconds)
         else:
             time.sleep(seconds)
+        if time.monotonic() >= self._deadline:
+            # A sleep that was to end in time overran it (a busy machine): give up as
+            # the stop check would have, naming the last real failure. Tenacity lets
+            # an exception from `sleep` through.
+            cause = self._last_failure
+            raise self._unavailable(cause, "no time left before the deadline") from cause
 
     def _log_retry(self, state: RetryCallState) -> None:
         self._last_failure = _failure(state)
@@ -162,14 +160,6 @@ class RetryingCall(Generic[T]):
             f"{why}; last error: {cause}",
             status_code=status,
         )
-
-
-class _SleptPastDeadline(Exception):
-    """Raised instead of an attempt whose backoff sleep ended past the deadline."""
-
-    def __init__(self, last_failure: BaseException) -> None:
-        super().__init__("slept past the deadline")
-        self.last_failure = last_failure
 
 
 def _failure(state: RetryCallState) -> BaseException | None:
