@@ -14,12 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, NoReturn, TypeVar
 
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    wait_exponential,
-)
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
 from app.errors import VisionCancelled, VisionUnavailable
 

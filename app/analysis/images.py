@@ -49,10 +49,7 @@ class PreparedImage:
 
 
 def prepare_image(
-    data: bytes,
-    *,
-    max_side_px: int = DEFAULT_MAX_SIDE_PX,
-    max_pixels: int = DEFAULT_MAX_PIXELS,
+    data: bytes, *, max_side_px: int = DEFAULT_MAX_SIDE_PX, max_pixels: int = DEFAULT_MAX_PIXELS
 ) -> PreparedImage:
     """Validate `data` and return it as PNG or JPEG with a long side of at most `max_side_px`.
 

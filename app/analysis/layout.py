@@ -130,10 +130,7 @@ class Block:
 
 
 def reading_order(
-    lines: Sequence[TextLine],
-    panels: Sequence[Box] = (),
-    *,
-    right_to_left: bool = True,
+    lines: Sequence[TextLine], panels: Sequence[Box] = (), *, right_to_left: bool = True
 ) -> list[Block]:
     """The blocks of `lines` in reading order, each with its lines in order.
 
