@@ -125,19 +125,15 @@ class OcrAnalyzer:
         self.name = f"in-process OCR ({self.model})"
         self.load_seconds: float | None = None
         """How long loading and warming up took, once loaded."""
+        self.load_error: OcrModelError | None = None
+        """Why the background load failed, if it did."""
         self._engine: Any = None
         self._ready = threading.Event()
         self._load_lock = threading.Lock()
         self._loader: threading.Thread | None = None
-        self._load_error: OcrModelError | None = None
 
     def __repr__(self) -> str:
         return f"OcrAnalyzer({self.model!r})"
-
-    @property
-    def load_error(self) -> OcrModelError | None:
-        """Why the background load failed, if it did."""
-        return self._load_error
 
     def is_ready(self) -> bool:
         """True once the models are loaded and warmed up. Never raises, never blocks."""
@@ -147,8 +143,8 @@ class OcrAnalyzer:
         """Ready once the models are loaded and warmed up; until then `starting`."""
         if self._ready.is_set():
             return READY
-        if self._load_error is not None:
-            return Readiness(False, str(self._load_error))
+        if self.load_error is not None:
+            return Readiness(False, str(self.load_error))
         return Readiness(False, "the OCR models are loading", starting=True)
 
     def load(self) -> None:
@@ -206,7 +202,7 @@ class OcrAnalyzer:
             try:
                 self.load()
             except OcrModelError as exc:
-                self._load_error = exc
+                self.load_error = exc
                 logger.critical("%s; no page can be analysed until this is fixed", exc)
                 if on_failure is not None:
                     on_failure(exc)
