@@ -21,9 +21,8 @@ from app.repos.page_analysis import AnalysisRecord
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """One readiness probe's answer. `reason` says, for people, why it is not ready
-    (`"refused the connection"`, `"answered 503: Loading model"`); `starting` is
-    True while that is expected, a model still loading, rather than a fault."""
+    """One readiness probe's answer, a `ProbeAnswer` (`app.worker.readiness`): `reason` says
+    why it is not ready, and `starting` that this is expected (a model still loading)."""
 
     ready: bool
     reason: str = ""
