@@ -150,9 +150,7 @@ def evaluate(folder: Path, *, only: Sequence[str] = (), verbose: bool = False) -
         cpu, wall = time.process_time(), time.perf_counter()
         result = analyzer.analyze(image, deadline=time.monotonic() + 600)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        blocks = result.analysis.ocr_blocks
-        if blocks is None:
-            blocks = [{"text": line} for line in result.analysis.ocr_text.splitlines()]
+        blocks = result.analysis.ocr_blocks or []  # the `ocr` analyzer always gives blocks
         score = score_image(entry, blocks)
         score.cpu_seconds, score.wall_seconds = cpu, wall
         print(_line(name, score))
