@@ -172,11 +172,8 @@ class VisionClient:
         self._sessions.close()
 
     def readiness(self) -> Readiness:
-        """Ready iff the health URL answers 2xx within ~2 s. Never raises.
-
-        llama-server answers 503 while it loads its model, so "up but loading"
-        reads as not ready, with the server's own words as the reason.
-        """
+        """Ready iff the health URL answers 2xx within ~2 s; never raises. llama-server answers
+        503 while it loads its model: not ready, with the server's own words as the reason."""
         timeout = (min(self.connect_timeout, HEALTH_TIMEOUT_SECONDS), HEALTH_TIMEOUT_SECONDS)
         try:
             with self._sessions.get().get(

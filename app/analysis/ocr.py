@@ -93,16 +93,12 @@ def _version(distribution: str) -> str:
 
 
 class OcrAnalyzer:
-    """In-process OCR, an `Analyzer`. One per process; thread-safe.
-
-    Building it checks that the model files exist (raising `OcrModelMissing`)
-    and loads nothing; `start` or `load` load and warm up the models.
-    """
+    """In-process OCR, an `Analyzer`. One per process; thread-safe. Building it checks that
+    the model files exist (`OcrModelMissing`); `start` or `load` load and warm them up."""
 
     def __init__(self, *, model_dir: Path | None = None, threads: int | None = None) -> None:
-        """`threads`: ONNX Runtime's intra-op threads per call; `None` is
-        `DEFAULT_THREADS` (one: concurrency comes from the worker threads), `-1`
-        lets ONNX Runtime choose (one per core)."""
+        """`threads`: ONNX Runtime's intra-op threads per call; `None` is `DEFAULT_THREADS`,
+        `-1` lets ONNX Runtime choose (one per core)."""
         self._threads = DEFAULT_THREADS if threads is None else threads
         model_dir = model_dir if model_dir is not None else wheel_model_dir()
         self.det_model_path = model_dir / DET_MODEL_FILE
