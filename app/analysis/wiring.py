@@ -38,13 +38,10 @@ def analysis_runner(
 ) -> Iterator[Runner]:
     """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit.
 
-    Without `vision`, `settings.backend` picks a `VisionClient` or an `OcrAnalyzer`.
-    `vision_observer` hears every readiness probe of the gate (whatever the
-    backend), and every request of a vision client built here.
-
-    The analyzer is started here, whoever built it (the gate stays closed until it is
-    ready). With the `ocr` backend, a missing model raises `OcrModelMissing` here; an
-    analyzer that fails to start stops the runner, and its error is raised when the
+    Without `vision`, `settings.backend` picks the analyzer. `vision_observer` hears every
+    readiness probe of the gate and every request of a vision client built here. The
+    analyzer is started here, whoever built it: a missing OCR model raises `OcrModelMissing`
+    here, and an analyzer that fails to start stops the runner; its error is raised when the
     block exits.
     """
     with ExitStack() as owned:
