@@ -115,15 +115,10 @@ class Block:
     def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
         """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;
         the box is multiplied by the scales (back to the original image's pixels)."""
-        box = [
-            round(self.x0 * scale_x),
-            round(self.y0 * scale_y),
-            round(self.x1 * scale_x),
-            round(self.y1 * scale_y),
-        ]
+        box = (self.x0 * scale_x, self.y0 * scale_y, self.x1 * scale_x, self.y1 * scale_y)
         return {
             "text": self.text,
-            "box": box,
+            "box": [round(edge) for edge in box],
             "vertical": self.vertical,
             "score": round(self.score, 3),
         }
