@@ -131,10 +131,6 @@ class OcrAnalyzer:
     def __repr__(self) -> str:
         return f"OcrAnalyzer({self.model!r})"
 
-    def is_ready(self) -> bool:
-        """True once the models are loaded and warmed up. Never raises, never blocks."""
-        return self._ready.is_set()
-
     def readiness(self) -> Readiness:
         """Ready once the models are loaded and warmed up; until then `starting`."""
         if self._ready.is_set():

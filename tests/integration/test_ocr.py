@@ -203,11 +203,11 @@ def test_loading_uses_only_the_wheel_models_and_downloads_nothing(monkeypatch):
     monkeypatch.setattr(requests.Session, "request", no_network)
     analyzer = OcrAnalyzer()
     assert analyzer.det_model_path.parent == wheel_model_dir()
-    assert not analyzer.is_ready()
+    assert not analyzer.readiness().ready
     analyzer.start()
     assert analyzer.wait_loaded(120), analyzer.load_error
     assert analyzer.load_error is None
-    assert analyzer.is_ready() and analyzer.load_seconds is not None
+    assert analyzer.readiness().ready and analyzer.load_seconds is not None
     assert_reads(analyzer.analyze(page("003.png"), deadline=far()).analysis.ocr_text, ["ドキドキ"])
 
 
