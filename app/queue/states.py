@@ -1,18 +1,12 @@
-"""Every change of a job's state, each written once.
+"""Every change of a job's state, each written once, in one SQL statement over a
+batch; the single-job function is the batch function called with one job.
 
-Each change is one SQL statement over a batch, and the single-job function
-is the batch function called with one job (River's `JobSetStateIfRunning` /
-`...Many`). Like the rest of the queue, every function takes `conn` first and
-never commits or rolls back.
-
-Writes made on behalf of leases are fenced per row: a row changes only while
-its `(id, lease_generation)` matches and it is `running`, so a stale lease in
-a batch changes nothing but its own row (which is left alone). The batch
-functions return the ids they changed; the single ones return `bool` and log
-a warning when the lease was gone. The returned rows stay locked until the
-caller's transaction ends, which is what makes "ack first, then write the
-result only for the ids returned, then commit" a fenced completion in one
-round trip.
+Writes made for leases are fenced per row: a row changes only while its
+`(id, lease_generation)` matches and it is `running`, so a stale lease in a
+batch changes nothing. The batch functions return the ids they changed, the
+single ones `bool` (logging a warning when the lease was gone). Changed rows
+stay locked until the caller's transaction ends, so "ack, write results for
+the ids returned, commit" is a fenced completion. Nothing here commits.
 """
 
 from __future__ import annotations
@@ -23,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 from app.db import Conn
 from app.errors import PayloadError
@@ -105,10 +99,43 @@ _REAP_DONE: Final = (
 )
 
 
-# --- helpers -------------------------------------------------------------------
+def _ids(result: Iterable[Any]) -> set[uuid.UUID]:
+    return {row[0] for row in result}
 
 
-def _lost(action: str, lease: Lease) -> bool:
+def _held(leases: Iterable[Lease]) -> list[tuple[uuid.UUID, int]]:
+    # Two batched statements touching the same rows lock them in the same
+    # order (id order), so the acker and the heartbeat never deadlock.
+    ordered = sorted(leases, key=lambda lease: lease.id)
+    return [(lease.id, lease.lease_generation) for lease in ordered]
+
+
+def _write(
+    conn: Conn, statement: str, held: Sequence[tuple[uuid.UUID, int]], **arrays: Any
+) -> set[uuid.UUID]:
+    """Run a `_fenced` statement for `held` (`(id, generation)`), with the
+    per-row `arrays` in the same order; returns the ids changed."""
+    if not held:
+        return set()
+    ids = [job_id for job_id, _ in held]
+    generations = [generation for _, generation in held]
+    return _ids(run(conn, statement, {"ids": ids, "generations": generations, **arrays}))
+
+
+def _end_attempts(
+    conn: Conn,
+    state: str,
+    held: Sequence[tuple[uuid.UUID, int]],
+    errors: Iterable[str] = (),
+    delays: Iterable[timedelta] = (),
+) -> set[uuid.UUID]:
+    errors = [truncate_error(error) for error in errors]
+    return _write(conn, _end_attempt(state), held, errors=errors, delays=list(delays))
+
+
+def _one(changed: set[uuid.UUID], action: str, lease: Lease) -> bool:
+    if lease.id in changed:
+        return True
     logger.warning(
         "%s of job %s (generation %d) found its lease gone; nothing was written",
         action,
@@ -118,67 +145,17 @@ def _lost(action: str, lease: Lease) -> bool:
     return False
 
 
-def _one(changed: set[uuid.UUID], action: str, lease: Lease) -> bool:
-    return lease.id in changed or _lost(action, lease)
-
-
-def _ids(result: Iterable[Any]) -> set[uuid.UUID]:
-    return {row[0] for row in result}
-
-
-def _end_attempts(
-    conn: Conn,
-    state: Literal["done", "pending", "dead"],
-    held: Sequence[tuple[uuid.UUID, int]],
-    errors: Sequence[str] = (),
-    delays: Sequence[timedelta] = (),
-) -> set[uuid.UUID]:
-    """End the attempts of `held` (`(id, generation)`, sorted by id, with their
-    `errors` and `delays` in the same order) in `state`, fenced per row."""
-    if not held:
-        return set()
-    params = {
-        "ids": [job_id for job_id, _ in held],
-        "generations": [generation for _, generation in held],
-        "errors": [truncate_error(error) for error in errors],
-        "delays": list(delays),
-    }
-    return _ids(run(conn, _end_attempt(state), params))
-
-
-def _sorted(leases: Iterable[Lease]) -> list[Lease]:
-    # Two batched statements touching the same rows lock them in the same
-    # order (id order), so the acker and the heartbeat never deadlock.
-    return sorted(leases, key=lambda held: held.id)
-
-
-def _held(leases: Iterable[Lease]) -> list[tuple[uuid.UUID, int]]:
-    return [(held.id, held.lease_generation) for held in leases]
-
-
-def _run_fenced(
-    conn: Conn, statement: str, leases: Sequence[Lease], **params: Any
-) -> set[uuid.UUID]:
-    if not leases:
-        return set()
-    ordered = _held(_sorted(leases))
-    ids = [job_id for job_id, _ in ordered]
-    generations = [generation for _, generation in ordered]
-    return _ids(run(conn, statement, {"ids": ids, "generations": generations, **params}))
-
-
 # --- the end of an attempt -------------------------------------------------------
 
 
 def ack_done_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
-    """Mark the jobs `done` in one statement; returns the ids that were acked.
+    """Mark the jobs `done` in one statement; returns the ids that were acked."""
+    return _end_attempts(conn, "done", _held(leases))
 
-    A lease missing from the answer was no longer current: its row is
-    untouched. The acked rows stay locked until the caller's transaction
-    ends, so a caller may write each job's result after this, in the same
-    transaction, for exactly the ids returned (fenced completion).
-    """
-    return _end_attempts(conn, "done", _held(_sorted(leases)))
+
+def ack_done(conn: Conn, lease: Lease) -> bool:
+    """Mark the job `done`, only while the lease is current."""
+    return _one(ack_done_many(conn, [lease]), "ack_done", lease)
 
 
 def ack_failed_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
@@ -189,41 +166,13 @@ def ack_failed_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uu
     ordered = sorted(failures, key=lambda failure: failure[0].id)
     dead = [(lease, error) for lease, error in ordered if lease.attempts >= lease.max_attempts]
     retry = [(lease, error) for lease, error in ordered if lease.attempts < lease.max_attempts]
-    written = ack_dead_many(conn, dead)
-    if retry:
-        written |= _end_attempts(
-            conn,
-            "pending",
-            _held(lease for lease, _ in retry),
-            [error for _, error in retry],
-            [backoff_for(lease.attempts) for lease, _ in retry],
-        )
-    return written
-
-
-def ack_dead_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
-    """Move the jobs straight to `dead` with their errors, whatever their
-    attempts: for errors no retry can fix. Returns the ids written."""
-    ordered = sorted(failures, key=lambda failure: failure[0].id)
-    return _end_attempts(
-        conn, "dead", _held(lease for lease, _ in ordered), [error for _, error in ordered]
+    return ack_dead_many(conn, dead) | _end_attempts(
+        conn,
+        "pending",
+        _held(lease for lease, _ in retry),
+        [error for _, error in retry],
+        [backoff_for(lease.attempts) for lease, _ in retry],
     )
-
-
-def dead_letter(conn: Conn, held: Sequence[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
-    """`ack_dead_many` for `(id, generation, error)` of rows that have no `Lease`
-    (a payload nobody can decode); logs each at ERROR."""
-    ordered = sorted(held)
-    for job_id, _, error in ordered:
-        logger.error("job %s moved to dead: %s", job_id, error)
-    return _end_attempts(
-        conn, "dead", [(job_id, gen) for job_id, gen, _ in ordered], [e for _, _, e in ordered]
-    )
-
-
-def ack_done(conn: Conn, lease: Lease) -> bool:
-    """Mark the job `done`, only while the lease is current."""
-    return _one(ack_done_many(conn, [lease]), "ack_done", lease)
 
 
 def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
@@ -232,19 +181,38 @@ def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
     return _one(ack_failed_many(conn, [(lease, error)]), "ack_failed", lease)
 
 
+def ack_dead_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
+    """Move the jobs straight to `dead` with their errors, whatever their
+    attempts: for errors no retry can fix. Returns the ids written."""
+    return _dead(conn, [(lease.id, lease.lease_generation, error) for lease, error in failures])
+
+
 def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
     """Move the job straight to `dead`: for errors no retry can fix (an image
     that cannot decode, a storage key outside the root)."""
     return _one(ack_dead_many(conn, [(lease, error)]), "ack_dead", lease)
 
 
-# --- while an attempt runs ---------------------------------------------------------
+def dead_letter(conn: Conn, held: Sequence[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
+    """`ack_dead_many` for `(id, generation, error)` of rows that have no `Lease`
+    (a payload nobody can decode); logs each at ERROR."""
+    for job_id, _, error in sorted(held):
+        logger.error("job %s moved to dead: %s", job_id, error)
+    return _dead(conn, held)
+
+
+def _dead(conn: Conn, held: Iterable[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
+    ordered = sorted(held)  # id order, as in `_held`
+    return _end_attempts(conn, "dead", [row[:2] for row in ordered], [row[2] for row in ordered])
+
+
+# --- while an attempt runs, and giving a job back -------------------------------------
 
 
 def renew_many(conn: Conn, leases: Sequence[Lease], lease_duration: timedelta) -> set[uuid.UUID]:
     """Extend the leases to now + `lease_duration` in one statement; returns the
     ids whose lease is still current."""
-    return _run_fenced(conn, _RENEW, leases, lease_duration=lease_duration)
+    return _write(conn, _RENEW, _held(leases), lease_duration=lease_duration)
 
 
 def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
@@ -252,13 +220,10 @@ def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
     return _one(renew_many(conn, [lease], lease_duration), "renew", lease)
 
 
-# --- giving a job back ---------------------------------------------------------------
-
-
 def release_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
     """Give the jobs back in one statement (`pending` at once, attempt refunded,
     generation bumped); returns the ids that were given back."""
-    return _run_fenced(conn, _RELEASE, leases)
+    return _write(conn, _RELEASE, _held(leases))
 
 
 def release(conn: Conn, lease: Lease) -> bool:
@@ -301,12 +266,11 @@ def reclaim_expired(conn: Conn) -> Reclaim:
     """Take back every running job whose lease has expired, in one statement.
 
     Each such job's `reclaim_count` goes up by one. Below `RECLAIM_LIMIT` the
-    job goes back to `pending` with its attempt refunded and its generation
-    bumped: it did not fail, its worker went away. At the limit it goes to
-    `dead` with `CRASH_LOOP_ERROR`, its crashing attempt still counted: a job
-    that kills every worker that runs it would otherwise loop across restarts
-    forever. The count is reset when an attempt ends (`ack_done`,
-    `ack_failed`, `ack_dead`), so only reclaims in a row add up.
+    job goes back to `pending`, attempt refunded, generation bumped: its
+    worker went away. At the limit it goes to `dead` with `CRASH_LOOP_ERROR`,
+    its attempt counted: a job that kills every worker that runs it would
+    otherwise loop across restarts forever. Ending an attempt resets the
+    count, so only reclaims in a row add up.
     """
     rows = run(conn, _RECLAIM_EXPIRED, {"error": CRASH_LOOP_ERROR, "limit": RECLAIM_LIMIT})
     given_back: list[uuid.UUID] = []
