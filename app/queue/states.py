@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from app.db import Conn
 from app.errors import PayloadError
@@ -124,7 +124,7 @@ def _write(
 
 def _end_attempts(
     conn: Conn,
-    state: str,
+    state: Literal["done", "pending", "dead"],
     held: Sequence[tuple[uuid.UUID, int]],
     errors: Iterable[str] = (),
     delays: Iterable[timedelta] = (),
@@ -176,8 +176,7 @@ def ack_failed_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uu
 
 
 def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
-    """Record a failed attempt: `dead` once attempts are used up, else `pending`
-    again after a jittered exponential backoff."""
+    """`ack_failed_many` for one lease: `dead` or `pending` after a backoff."""
     return _one(ack_failed_many(conn, [(lease, error)]), "ack_failed", lease)
 
 
@@ -188,8 +187,7 @@ def ack_dead_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid
 
 
 def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
-    """Move the job straight to `dead`: for errors no retry can fix (an image
-    that cannot decode, a storage key outside the root)."""
+    """`ack_dead_many` for one lease (an image that cannot decode, say)."""
     return _one(ack_dead_many(conn, [(lease, error)]), "ack_dead", lease)
 
 
@@ -294,8 +292,7 @@ def reclaim_expired(conn: Conn) -> Reclaim:
 
 
 def reclaim_orphaned(conn: Conn) -> int:
-    """`reclaim_expired`, counted: how many expired leases were taken back
-    (given back to `pending`, or dead-lettered as crash loops)."""
+    """`reclaim_expired`, counted: expired leases given back or dead-lettered."""
     return len(reclaim_expired(conn))
 
 
@@ -371,20 +368,16 @@ _DEAD_IDS: Final = (
 def retry_dead(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """Move the dead jobs among `job_ids` back to `pending`, attempts and
     reclaims reset, due now; returns the ids moved (jobs not dead are left).
-
-    A job whose page (or chapter) already has a job in flight violates a
-    dedup index: the driver's unique violation is raised (the caller decides,
-    usually inside a savepoint)."""
+    A job whose slot (page or chapter) has a job in flight raises the driver's
+    unique violation: the caller decides, usually inside a savepoint."""
     return _ids(run(conn, _RETRY_IDS, {"ids": sorted(set(job_ids))}))
 
 
 def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     """`retry_dead` for every dead job (of `kind`, if given), in one statement.
-
-    A dead job whose slot (page or chapter) has a job in flight is left dead;
-    of several dead jobs for one slot, the most recently updated is retried.
-    A job enqueued for one of those slots meanwhile makes the statement
-    raise the unique violation."""
+    A dead job whose slot has a job in flight is left dead; of several for
+    one slot, the most recently updated is retried. A job enqueued for one
+    of those slots meanwhile raises the unique violation."""
     return [row[0] for row in run(conn, _RETRY_ALL_DEAD, {"kind": kind})]
 
 
