@@ -1,12 +1,6 @@
-"""The `crawler_jobs` table as the queue sees it: the lease a worker holds,
-the limits, the column expressions readers use, and how the queue's SQL runs.
-
-The queue's own statements (leases and every state change) are plain SQL
-texts with psycopg's `%(name)s` parameters, run by `run`: nothing is built or
-compiled per call, which costs more client time than Postgres spends on a
-small statement. Readers elsewhere (admin listings, stats) build SQLAlchemy
-expressions from `jobs`, `KIND` and `payload_field`.
-"""
+"""The `crawler_jobs` table as the queue sees it: the lease a worker holds, the
+limits, the column expressions readers (admin, stats) use, and `run`, which
+executes the queue's own SQL texts."""
 
 from __future__ import annotations
 
@@ -60,8 +54,6 @@ def text_literal(value: str) -> ColumnElement[Any]:
 
 
 PENDING = text_literal("pending")
-RUNNING = text_literal("running")
-DONE = text_literal("done")
 DEAD = text_literal("dead")
 
 
@@ -83,11 +75,13 @@ def truncate_error(error: str) -> str:
 def run(
     conn: Conn, statement: str, params: Mapping[str, Any] | None = None
 ) -> CursorResult[*TupleAny]:
-    """Execute one of the queue's SQL texts on `conn`, in the caller's transaction.
+    """Execute one of the queue's SQL texts (psycopg's `%(name)s` parameters) on
+    `conn`, in the caller's transaction; a session is flushed first when it
+    autoflushes, as `Session.execute` would.
 
-    `exec_driver_sql` hands the text and parameters straight to psycopg, while
-    SQLAlchemy still translates driver errors and notices lost connections. A
-    session is flushed first when it autoflushes, as `Session.execute` would.
+    Nothing is built or compiled per call, which costs more client time than
+    Postgres spends on a small statement; `exec_driver_sql` still translates
+    driver errors and notices lost connections.
     """
     if not isinstance(conn, Connection):
         # A Session, or a scoped_session standing in for one (Flask-SQLAlchemy's
