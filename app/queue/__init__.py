@@ -1,7 +1,7 @@
 """The durable job queue on Postgres: payloads, enqueueing, leasing, every state
 change of a job, backoff, analysis requests and queue stats."""
 
-from app.queue.backoff import apply_jitter, backoff_base, backoff_for
+from app.queue.backoff import apply_jitter, backoff_base
 from app.queue.enqueueing import enqueue, enqueue_many
 from app.queue.leasing import lease, lease_kinds
 from app.queue.payloads import (
@@ -62,7 +62,6 @@ __all__ = [
     "ack_failed_many",
     "apply_jitter",
     "backoff_base",
-    "backoff_for",
     "decode_payload",
     "enqueue",
     "enqueue_many",
