@@ -12,7 +12,7 @@ import functools
 import uuid
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from app.db import Conn
 from app.queue.payloads import JobPayload
@@ -21,24 +21,13 @@ from app.queue.table import run
 # Columns left out take their server defaults, so the defaults live in one
 # place (the schema): each statement comes in up to four forms, one per set
 # of optional columns given, each built once.
-_OPTIONAL = (("scheduled_at", "timestamptz"), ("max_attempts", "integer"))
-
-
-def _optional(with_scheduled_at: bool, with_max_attempts: bool) -> tuple[str, str]:
-    """The optional columns' names and their bound values, each with a leading comma."""
-    chosen = [
-        column
-        for column, wanted in zip(_OPTIONAL, (with_scheduled_at, with_max_attempts), strict=True)
-        if wanted
-    ]
-    names = "".join(f", {name}" for name, _ in chosen)
-    values = "".join(f", %({name})s::{sql_type}" for name, sql_type in chosen)
-    return names, values
+_OPTIONAL_TYPES: Final = {"scheduled_at": "timestamptz", "max_attempts": "integer"}
 
 
 @functools.cache
-def _insert(many: bool, with_scheduled_at: bool, with_max_attempts: bool) -> str:
-    names, values = _optional(with_scheduled_at, with_max_attempts)
+def _insert(many: bool, options: tuple[str, ...]) -> str:
+    names = "".join(f", {name}" for name in options)
+    values = "".join(f", %({name})s::{_OPTIONAL_TYPES[name]}" for name in options)
     if not many:
         # The id is made by the caller and nothing is returned: the row count
         # says whether the dedup index skipped the row, and a statement that
@@ -68,12 +57,8 @@ def _insert(many: bool, with_scheduled_at: bool, with_max_attempts: bool) -> str
 def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
     if max_attempts is not None and max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
-    options: dict[str, Any] = {}
-    if scheduled_at is not None:
-        options["scheduled_at"] = scheduled_at
-    if max_attempts is not None:
-        options["max_attempts"] = max_attempts
-    return options
+    options = {"scheduled_at": scheduled_at, "max_attempts": max_attempts}
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def enqueue(
@@ -83,13 +68,9 @@ def enqueue(
     scheduled_at: datetime | None = None,
     max_attempts: int | None = None,
 ) -> uuid.UUID | None:
-    """Insert a pending job and return its id; `None` when a dedup index skipped it.
-
-    One statement; a skipped insert raises nothing, so the caller's
-    transaction stays usable.
-    """
+    """Insert a pending job and return its id; `None` when a dedup index skipped it."""
     params = _options(scheduled_at, max_attempts)
-    statement = _insert(False, scheduled_at is not None, max_attempts is not None)
+    statement = _insert(False, tuple(params))
     job_id = params["id"] = uuid.uuid4()
     params["payload"] = payload.model_dump_json()
     return job_id if run(conn, statement, params).rowcount else None
@@ -104,19 +85,13 @@ def enqueue_many(
 ) -> list[uuid.UUID | None]:
     """Insert pending jobs in ONE statement; one entry per payload, in order:
     the job's id, or `None` where a dedup index skipped it (also when an
-    earlier payload of the same call took the slot).
-
-    Like `enqueue`, a skipped insert raises nothing.
-    """
+    earlier payload of the same call took the slot)."""
     params = _options(scheduled_at, max_attempts)
     if not payloads:
         return []
+    statement = _insert(True, tuple(params))
     params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
-    statement = _insert(True, scheduled_at is not None, max_attempts is not None)
     job_ids: list[uuid.UUID | None] = [None] * len(payloads)
     for ordinal, job_id in run(conn, statement, params).all():
         job_ids[ordinal - 1] = job_id
     return job_ids
-
-
-__all__ = ["enqueue", "enqueue_many"]
