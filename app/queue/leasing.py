@@ -108,22 +108,13 @@ def _lease(
             # out the rest of the batch.
             unusable.append((job_id, generation, str(exc)))
             continue
-        if attempts > max_attempts:
-            # Only an expired lease gets here: the worker holding the final
-            # attempt stopped without finishing (crash, OOM kill).
-            unusable.append(
-                (
-                    job_id,
-                    generation,
-                    f"lease expired on the final attempt ({max_attempts}); "
-                    "the worker running it stopped without finishing",
-                )
-            )
+        if attempts <= max_attempts:
+            leases.append(Lease(job_id, payload, attempts, max_attempts, generation))
             continue
-        leases.append(Lease(job_id, payload, attempts, max_attempts, generation))
+        # Only an expired lease gets here: the worker holding the final
+        # attempt stopped without finishing (crash, OOM kill).
+        error = f"lease expired on the final attempt ({max_attempts}); the worker running it"
+        unusable.append((job_id, generation, error + " stopped without finishing"))
     if unusable:
         dead_letter(conn, unusable)
     return leases
-
-
-__all__ = ["lease", "lease_kinds"]

@@ -1,11 +1,5 @@
-"""Asking for pages to be analysed: from a host's request handler, a crawler,
-or an operator's `analyze --chapter/--manga/--missing`.
-
-The queue knows a page only as the `page_id` of an `analyze_page` payload.
-Many pages are requested at once (`request_analysis_many`); one page
-(`request_analysis`) is the same request with one page. Every function takes
-`conn` first and never commits.
-"""
+"""Asking for pages to be analysed (`analyze_page` jobs), many at once or one;
+the queue knows a page only as a payload's `page_id`. Nothing here commits."""
 
 from __future__ import annotations
 
@@ -101,8 +95,7 @@ def request_analysis_many(
 
 
 def request_analysis(conn: Conn, page_id: uuid.UUID, force: bool = False) -> uuid.UUID | None:
-    """Enqueue an `analyze_page` job for `page_id` and return the id of the job
-    that will analyse it: `request_analysis_many` for one page. Never commits."""
+    """`request_analysis_many` for one page: the id of the job that will analyse it."""
     return request_analysis_many(conn, [page_id], force=force).job_ids[0]
 
 
@@ -127,6 +120,3 @@ def _in_flight(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> dict[uu
                 found[job_id].page_id,
             )
     return {by_text[row.page_id]: job_id for job_id, row in found.items()}
-
-
-__all__ = ["BATCH_SIZE", "Requested", "request_analysis", "request_analysis_many"]
