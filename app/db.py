@@ -1,4 +1,4 @@
-"""Engine and session construction. Nothing here runs at import time."""
+"""Engine construction, database URLs and the `Conn` type. Nothing runs at import time."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any, TypeAlias
 
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
 from app.config import Settings
 
@@ -16,11 +16,8 @@ Conn: TypeAlias = Connection | Session
 
 
 def database_url(settings: Settings) -> str:
-    """The SQLAlchemy URL to use: `DATABASE_URL`, else the embedded dev database.
-
-    The embedded server is started (or reused) under `settings.dev_dir` only
-    when this is called without `DATABASE_URL`.
-    """
+    """`DATABASE_URL`, else the URL of the embedded dev database, started (or
+    reused) under `settings.dev_dir` by this call."""
     if settings.database_url:
         return normalise_url(settings.database_url)
     from app.devdb import embedded_database_url
@@ -30,21 +27,14 @@ def database_url(settings: Settings) -> str:
 
 def listen_database_url(settings: Settings) -> str | None:
     """`LISTEN_DATABASE_URL`, normalised; `None` when unset (LISTEN on `DATABASE_URL`).
-
-    The direct connection for LISTEN (the runner's wake-ups, the admin event
-    stream), for when `DATABASE_URL` goes through PgBouncer in transaction
-    mode, which cannot hold a LISTEN.
-    """
+    For when `DATABASE_URL` goes through PgBouncer in transaction mode, which
+    cannot hold a LISTEN."""
     return normalise_url(settings.listen_database_url) if settings.listen_database_url else None
 
 
 def connect_kwargs(target: Engine | URL | str) -> dict[str, Any]:
-    """psycopg `connect()` keywords for an engine's database, or for a URL.
-
-    Built the way SQLAlchemy's psycopg dialect builds its own, from the URL
-    (an engine's `connect_args` are not visible from outside and are not
-    used). For the long-lived connections kept out of any pool: LISTEN.
-    """
+    """psycopg `connect()` keywords for an engine's database (its URL; not its
+    `connect_args`), or for a URL: for LISTEN connections, kept out of any pool."""
     if isinstance(target, Engine):
         _, kwargs = target.dialect.create_connect_args(target.url)
     else:
@@ -84,8 +74,3 @@ def make_engine(settings_or_url: Settings | str, **engine_kwargs: Any) -> Engine
     connect_args = {"prepare_threshold": None, **engine_kwargs.pop("connect_args", {})}
     options.update(engine_kwargs, connect_args=connect_args)
     return create_engine(url, **options)
-
-
-def make_session_factory(engine: Engine) -> sessionmaker[Session]:
-    """A session factory bound to `engine`; sessions do not expire on commit."""
-    return sessionmaker(bind=engine, expire_on_commit=False)
