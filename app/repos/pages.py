@@ -33,10 +33,10 @@ def get_page_context(conn: Conn, page_id: uuid.UUID) -> PageContext | None:
     """The page and its breadcrumb, or `None` when the page no longer exists."""
     row = conn.execute(
         select(
-            Page.id,
+            Page.id.label("page_id"),
             Page.storage_key,
             Page.content_type,
-            Page.number,
+            Page.number.label("page_number"),
             Chapter.id.label("chapter_id"),
             Chapter.number.label("chapter_number"),
             Manga.id.label("manga_id"),
@@ -46,18 +46,7 @@ def get_page_context(conn: Conn, page_id: uuid.UUID) -> PageContext | None:
         .join(Manga, Manga.id == Chapter.manga_id)
         .where(Page.id == page_id)
     ).first()
-    if row is None:
-        return None
-    return PageContext(
-        page_id=row.id,
-        storage_key=row.storage_key,
-        content_type=row.content_type,
-        page_number=row.number,
-        chapter_id=row.chapter_id,
-        chapter_number=row.chapter_number,
-        manga_id=row.manga_id,
-        manga_title=row.manga_title,
-    )
+    return None if row is None else PageContext(**row._mapping)
 
 
 # --- selections for requests of analysis ------------------------------------------
