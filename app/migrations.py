@@ -1,11 +1,6 @@
 """Running and checking alembic migrations from code (the CLI, Django's
-`page_analysis_migrate`, the tests).
-
-The migration scripts live in the checkout's top-level `alembic/` (where
-`alembic upgrade head` with the top-level `alembic.ini` finds them); the wheel
-carries the same folder as `app/_alembic/` (see setup.py), so an installed
-package migrates without a checkout.
-"""
+`page_analysis_migrate`, the tests). The scripts are the checkout's `alembic/`,
+or the installed package's copy in `app/_alembic/` (see setup.py)."""
 
 from __future__ import annotations
 
@@ -18,16 +13,12 @@ from sqlalchemy import Engine, create_engine, pool
 
 from alembic import command
 
-PACKAGE_ROOT = Path(__file__).resolve().parent
-PROJECT_ROOT = PACKAGE_ROOT.parent
-
 
 def script_location() -> Path:
     """The folder of `env.py` and `versions/`: the installed package's copy, else the checkout's."""
-    packaged = PACKAGE_ROOT / "_alembic"
-    if (packaged / "env.py").is_file():
-        return packaged
-    return PROJECT_ROOT / "alembic"
+    package = Path(__file__).resolve().parent
+    packaged = package / "_alembic"
+    return packaged if (packaged / "env.py").is_file() else package.parent / "alembic"
 
 
 def alembic_config(url: str) -> Config:
