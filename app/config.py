@@ -1,8 +1,5 @@
-"""Settings, read from the environment and `.env`.
-
-Every default has a name and a one-line docstring here, in one place.
-Nothing is built at import time: callers construct `Settings()` themselves.
-"""
+"""Settings, read from the environment and `.env`. Every default has a name and a
+one-line docstring here, in one place; nothing is built at import time."""
 
 from __future__ import annotations
 
