@@ -1,5 +1,5 @@
 """Declarative models. The migrations in `alembic/versions` build the same schema;
-`tests/test_migrations.py` checks that the two agree."""
+`tests/integration/test_migrations.py` checks that the two agree."""
 
 from __future__ import annotations
 
@@ -59,6 +59,11 @@ def _in(column: str, values: tuple[str, ...]) -> str:
     return f"{column} IN ({', '.join(repr(v) for v in values)})"
 
 
+def _partial(name: str, *columns: Any, where: str, unique: bool = False) -> Index:
+    """An index of the rows matching `where` only."""
+    return Index(name, *columns, unique=unique, postgresql_where=text(where))
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
 
@@ -98,49 +103,33 @@ class Job(Base):
         # pending-only indexes, so it never steps over running rows; its other
         # arm, running rows with an expired lease, uses the leased_until index
         # below (migration 0003).
-        Index(
+        _partial(
             "ix_crawler_jobs_pending_kind",
             text("(payload ->> 'kind')"),
             "scheduled_at",
             "created_at",
-            postgresql_where=text("state = 'pending'"),
+            where="state = 'pending'",
         ),
-        Index(
-            "ix_crawler_jobs_pending",
-            "scheduled_at",
-            "created_at",
-            postgresql_where=text("state = 'pending'"),
+        _partial(
+            "ix_crawler_jobs_pending", "scheduled_at", "created_at", where="state = 'pending'"
         ),
         # reclaim_orphaned and the lease's expired arm: running rows by lease expiry.
-        Index(
-            "ix_crawler_jobs_running_leased_until",
-            "leased_until",
-            postgresql_where=text("state = 'running'"),
-        ),
+        _partial("ix_crawler_jobs_running_leased_until", "leased_until", where="state = 'running'"),
         # reap_done by age.
-        Index(
-            "ix_crawler_jobs_done_updated_at",
-            "updated_at",
-            postgresql_where=text("state = 'done'"),
-        ),
+        _partial("ix_crawler_jobs_done_updated_at", "updated_at", where="state = 'done'"),
         # The dead-job listing (admin page, `jobs list --state dead`), newest first.
-        Index(
-            "ix_crawler_jobs_dead_updated_at",
-            "updated_at",
-            "id",
-            postgresql_where=text("state = 'dead'"),
-        ),
-        Index(
+        _partial("ix_crawler_jobs_dead_updated_at", "updated_at", "id", where="state = 'dead'"),
+        _partial(
             "uq_crawler_jobs_chapter_content_inflight",
             text("(payload ->> 'chapter_id')"),
             unique=True,
-            postgresql_where=text(f"payload ->> 'kind' = 'sync_chapter_content' AND {INFLIGHT}"),
+            where=f"payload ->> 'kind' = 'sync_chapter_content' AND {INFLIGHT}",
         ),
-        Index(
+        _partial(
             "uq_crawler_jobs_analyze_page_inflight",
             text("(payload ->> 'page_id')"),
             unique=True,
-            postgresql_where=text(f"payload ->> 'kind' = 'analyze_page' AND {INFLIGHT}"),
+            where=f"payload ->> 'kind' = 'analyze_page' AND {INFLIGHT}",
         ),
         # Storage and autovacuum settings (reasoning in migration 0003), and
         # the wake-up triggers, live in the migrations only: autogenerate
