@@ -1,12 +1,9 @@
 """Page image storage: the `Storage` protocol and `LocalStorage`, a folder on disk.
 
-Keys are the `pages.storage_key` values: relative, `/`-separated paths under a
-root. They come from the database, so they are treated as untrusted input: a
-key that escapes the root (`..`, an absolute path, a symlink pointing out), an
-empty key or one with a NUL byte is refused with `StorageKeyError`.
-
-Only regular files are served. A FIFO or device under the root is refused
-rather than opened, because reading one could block a worker forever.
+Keys (`pages.storage_key`, relative `/`-separated paths) come from the database
+and are untrusted: one that escapes the root (`..`, absolute, a symlink out), is
+empty or holds a NUL byte is refused with `StorageKeyError`. Only regular files
+are served: reading a FIFO or a device could block a worker forever.
 """
 
 from __future__ import annotations
@@ -57,13 +54,9 @@ def read_capped(stream: BinaryIO, max_bytes: int, *, label: str) -> bytes:
 
 
 class LocalStorage:
-    """Objects are files under `root`; a key is a path relative to it.
-
-    The root may not exist yet when this is constructed (a fresh dev setup);
-    it is resolved on every call, and a missing root reads as a missing object.
-    The root itself is trusted: symlinks inside it are followed as long as the
-    final target stays under the resolved root.
-    """
+    """Objects are files under `root` (resolved on every call: a missing root
+    reads as a missing object); a key is a path relative to it. Symlinks are
+    followed as long as the final target stays under the root."""
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
@@ -72,11 +65,8 @@ class LocalStorage:
         return f"LocalStorage(root={str(self.root)!r})"
 
     def path_for(self, key: str) -> Path:
-        """The resolved path of `key`, checked to be under the root.
-
-        Raises `StorageKeyError` for a malformed or escaping key and
-        `ObjectNotFound` when nothing exists at that path.
-        """
+        """The resolved path of `key`, checked to be under the root: `StorageKeyError`
+        for a malformed or escaping key, `ObjectNotFound` when nothing is there."""
         _check_key_syntax(key)
         root = self.root.resolve()
         try:
@@ -125,12 +115,10 @@ class LocalStorage:
             raise
 
     def read_bytes(self, key: str, max_bytes: int) -> bytes:
-        """The whole object under `key`; `ObjectTooLarge` if it is larger than `max_bytes`.
-
-        The size in the file's metadata only gives a quick refusal; the read
-        itself is capped too, because a file can grow after it was stat'ed.
-        """
+        """The whole object under `key`; `ObjectTooLarge` if it is larger than `max_bytes`."""
         with self.open(key) as stream:
+            # The size only gives a quick refusal; the read is capped too, because
+            # a file can grow after it was stat'ed.
             size = os.fstat(stream.fileno()).st_size
             if size > max_bytes:
                 raise ObjectTooLarge(
