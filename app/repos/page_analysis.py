@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Final, cast
 
 from sqlalchemy import Table, case, func, select
@@ -46,14 +46,9 @@ def get_status(conn: Conn, page_id: uuid.UUID) -> str | None:
 def save_done(conn: Conn, page_id: uuid.UUID, record: AnalysisRecord, *, duration_ms: int) -> None:
     """Write (or overwrite) the page's successful analysis, stamping its duration."""
     values: dict[str, Any] = {
-        "status": "done",
-        "ocr_text": record.ocr_text,
-        "ocr_blocks": record.ocr_blocks,
+        **asdict(record),
         "tags": list(record.tags),
-        "description": record.description,
-        "nsfw_rating": record.nsfw_rating,
-        "nsfw_score": record.nsfw_score,
-        "model": record.model,
+        "status": "done",
         "error": None,
         "duration_ms": duration_ms,
     }
