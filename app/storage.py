@@ -24,10 +24,6 @@ READ_CHUNK_BYTES: Final = 256 * 1024
 class Storage(Protocol):
     """Where page images live. Implementations raise `StorageError` subclasses only."""
 
-    def open(self, key: str) -> BinaryIO:
-        """Open the object stored under `key` for reading; the caller closes it."""
-        ...
-
     def read_bytes(self, key: str, max_bytes: int) -> bytes:
         """Read the whole object, refusing (`ObjectTooLarge`) one larger than `max_bytes`."""
         ...
