@@ -149,20 +149,18 @@ def _one(changed: set[uuid.UUID], action: str, lease: Lease) -> bool:
 
 
 def ack_done_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
-    """Mark the jobs `done` in one statement; returns the ids that were acked."""
+    """Mark the jobs `done`."""
     return _end_attempts(conn, "done", _held(leases))
 
 
 def ack_done(conn: Conn, lease: Lease) -> bool:
-    """Mark the job `done`, only while the lease is current."""
+    """`ack_done_many` for one lease."""
     return _one(ack_done_many(conn, [lease]), "ack_done", lease)
 
 
 def ack_failed_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
-    """Record failed attempts, each with its error: `dead` once a job's attempts
-    are used up (`lease.attempts >= lease.max_attempts`), else `pending` again
-    after a jittered exponential backoff. Returns the ids written (at most two
-    statements: the dead and the retried)."""
+    """Record failed attempts, each with its error: `dead` once a job's attempts are
+    used up, else `pending` again after a jittered exponential backoff (two statements)."""
     ordered = sorted(failures, key=lambda failure: failure[0].id)
     dead = [(lease, error) for lease, error in ordered if lease.attempts >= lease.max_attempts]
     retry = [(lease, error) for lease, error in ordered if lease.attempts < lease.max_attempts]
@@ -181,8 +179,7 @@ def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
 
 
 def ack_dead_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
-    """Move the jobs straight to `dead` with their errors, whatever their
-    attempts: for errors no retry can fix. Returns the ids written."""
+    """Move the jobs straight to `dead` with their errors: for errors no retry can fix."""
     return _dead(conn, [(lease.id, lease.lease_generation, error) for lease, error in failures])
 
 
@@ -208,24 +205,22 @@ def _dead(conn: Conn, held: Iterable[tuple[uuid.UUID, int, str]]) -> set[uuid.UU
 
 
 def renew_many(conn: Conn, leases: Sequence[Lease], lease_duration: timedelta) -> set[uuid.UUID]:
-    """Extend the leases to now + `lease_duration` in one statement; returns the
-    ids whose lease is still current."""
+    """Extend the leases to now + `lease_duration`."""
     return _write(conn, _RENEW, _held(leases), lease_duration=lease_duration)
 
 
 def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
-    """Extend the lease to now + `lease_duration`; `False` once it is no longer current."""
+    """`renew_many` for one lease."""
     return _one(renew_many(conn, [lease], lease_duration), "renew", lease)
 
 
 def release_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
-    """Give the jobs back in one statement (`pending` at once, attempt refunded,
-    generation bumped); returns the ids that were given back."""
+    """Give the jobs back: `pending` at once, attempt refunded, generation bumped."""
     return _write(conn, _RELEASE, _held(leases))
 
 
 def release(conn: Conn, lease: Lease) -> bool:
-    """Give the job back: `pending`, attempt refunded, generation bumped."""
+    """`release_many` for one lease."""
     return _one(release_many(conn, [lease]), "release", lease)
 
 
@@ -255,9 +250,6 @@ class Reclaim:
     given_back: list[uuid.UUID]
     dead_lettered: list[Lease]
     error: str = CRASH_LOOP_ERROR
-
-    def __len__(self) -> int:
-        return len(self.given_back) + len(self.dead_lettered)
 
 
 def reclaim_expired(conn: Conn) -> Reclaim:
@@ -293,7 +285,8 @@ def reclaim_expired(conn: Conn) -> Reclaim:
 
 def reclaim_orphaned(conn: Conn) -> int:
     """`reclaim_expired`, counted: expired leases given back or dead-lettered."""
-    return len(reclaim_expired(conn))
+    reclaim = reclaim_expired(conn)
+    return len(reclaim.given_back) + len(reclaim.dead_lettered)
 
 
 def reap_done(conn: Conn, retention_days: int) -> int:
