@@ -42,18 +42,14 @@ def _kind_filter(kinds: tuple[str, ...] | None) -> str:
 def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     """The lease statement for `kinds` and `limit`, built once.
 
-    Two arms each lock their first due rows with `FOR UPDATE SKIP LOCKED` and
-    `LIMIT`, each through its own index so that neither steps over rows it
-    cannot take: pending rows due now (the pending-only partial indexes, in
-    schedule order), and running rows whose lease expired (their worker
-    died; `ix_crawler_jobs_running_leased_until` finds only the expired
-    ones). The first `limit` of both, in `scheduled_at, created_at` order,
-    are updated. While expired leases exist, up to `limit` extra rows may
-    stay locked until the caller commits (the arm's surplus).
+    Two arms lock their first due rows (`FOR UPDATE SKIP LOCKED`, `LIMIT`), each
+    through its own index so that neither steps over rows it cannot take:
+    pending rows due now, and running rows whose lease expired. The first
+    `limit` of both, in schedule order, are updated; the surplus of an arm
+    stays locked until the caller commits.
 
     The payload comes back as text: pydantic parses and validates JSON text
     in one step, several times faster than decoding then validating a dict.
-
     Constants (the kinds, the limit) are rendered inline: the planner can then
     match the partial indexes' predicates, and a bound `LIMIT` would make a
     generic plan guess 10 % of the table and hash-join a full scan.

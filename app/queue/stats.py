@@ -19,12 +19,10 @@ UNKNOWN_KIND: Final = "unknown"
 def queue_stats(conn: Conn, kinds: Sequence[str] = ALL_KINDS) -> dict[str, Any]:
     """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
 
-    Every kind of `kinds` (by default the kinds this package defines) is
-    listed with every state (zeros included), so a page or a script can read
-    any cell without checking; kinds found in rows are listed too. The age is
-    `now() - scheduled_at` of the oldest pending job that is due
-    (`scheduled_at <= now()`): jobs waiting out a backoff are not late.
-    `None` when nothing is due.
+    Every kind of `kinds`, and every kind found in rows, is listed with every
+    state (zeros included). The age is `now() - scheduled_at` of the oldest
+    pending job that is due (jobs waiting out a backoff are not late); `None`
+    when nothing is due.
     """
     kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
     rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
