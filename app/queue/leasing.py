@@ -29,15 +29,6 @@ def lease_kinds(
     return _lease(conn, list(kinds), limit, lease_duration)
 
 
-def _kind_filter(kinds: tuple[str, ...] | None) -> str:
-    if kinds is None:
-        return ""
-    # Quoted for SQL, and `%` doubled for psycopg's parameter syntax.
-    quoted = ", ".join("'" + kind.replace("'", "''").replace("%", "%%") + "'" for kind in kinds)
-    # Spelled exactly as in the index, so the planner can use it.
-    return f"AND (payload ->> 'kind') IN ({quoted})"
-
-
 @functools.lru_cache(maxsize=512)
 def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     """The lease statement for `kinds` and `limit`, built once.
@@ -54,7 +45,12 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     match the partial indexes' predicates, and a bound `LIMIT` would make a
     generic plan guess 10 % of the table and hash-join a full scan.
     """
-    kind = _kind_filter(kinds)
+    kind = ""
+    if kinds is not None:
+        # Quoted for SQL, `%` doubled for psycopg's parameter syntax, and spelled
+        # exactly as in the index, so the planner can use it.
+        quoted = ", ".join("'" + k.replace("'", "''").replace("%", "%%") + "'" for k in kinds)
+        kind = f"AND (payload ->> 'kind') IN ({quoted})"
     n = int(limit)
     return f"""
         WITH pending AS MATERIALIZED (

@@ -78,13 +78,10 @@ def request_analysis_many(
         if not todo:
             break
         job_ids = enqueue_many(conn, [AnalyzePage(page_id=page, force=force) for page in todo])
-        skipped = []
-        for page_id, job_id in zip(todo, job_ids, strict=True):
-            if job_id is None:
-                skipped.append(page_id)
-            else:
-                job_of[page_id] = job_id
-                enqueued += 1
+        new = {page: job for page, job in zip(todo, job_ids, strict=True) if job is not None}
+        job_of.update(new)
+        enqueued += len(new)
+        skipped = [page_id for page_id in todo if page_id not in new]
         found = _in_flight(conn, skipped, force=force)
         in_flight += len(found)
         job_of.update(found)
