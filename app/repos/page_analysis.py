@@ -76,17 +76,13 @@ def save_failed(
     statement = insert(table).values(
         page_id=page_id, status="failed", error=error, model=model, duration_ms=duration_ms
     )
+    kept_if_done = {
+        name: case((was_done, table.c[name]), else_=statement.excluded[name])
+        for name in ("status", "model", "duration_ms")
+    }
     conn.execute(
         statement.on_conflict_do_update(
             index_elements=[table.c.page_id],
-            set_={
-                "status": case((was_done, table.c.status), else_=statement.excluded.status),
-                "error": statement.excluded.error,
-                "model": case((was_done, table.c.model), else_=statement.excluded.model),
-                "duration_ms": case(
-                    (was_done, table.c.duration_ms), else_=statement.excluded.duration_ms
-                ),
-                "updated_at": func.now(),
-            },
+            set_={**kept_if_done, "error": statement.excluded.error, "updated_at": func.now()},
         )
     )
