@@ -24,9 +24,7 @@ WAKEUP_CHANNEL: Final = "crawler_jobs_wakeup"
 kinds, comma-separated); sent by triggers of migration 0003, at commit."""
 
 RECLAIM_LIMIT: Final = 3
-"""At this many reclaims in a row from a dead worker, `reclaim_expired`
-dead-letters the job instead of giving it back: it seems to kill the process
-that runs it."""
+"""Reclaims in a row after which `reclaim_expired` dead-letters a job (a crash loop)."""
 
 CRASH_LOOP_ERROR: Final = (
     f"reclaimed from a dead worker {RECLAIM_LIMIT} times; it seems to crash its worker "
