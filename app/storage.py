@@ -30,11 +30,8 @@ class Storage(Protocol):
 
 
 def read_capped(stream: BinaryIO, max_bytes: int, *, label: str) -> bytes:
-    """Read `stream` to its end, raising `ObjectTooLarge` once more than `max_bytes` arrive.
-
-    At most `max_bytes + 1` bytes are ever read, so an endless or growing
-    stream costs no more than the cap. `label` names the object in the error.
-    """
+    """Read `stream` to its end, raising `ObjectTooLarge` (naming `label`) once more
+    than `max_bytes` arrive; at most `max_bytes + 1` bytes are ever read."""
     if max_bytes < 0:
         raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
     buffer = bytearray()

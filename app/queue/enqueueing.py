@@ -1,10 +1,6 @@
-"""Inserting pending jobs: one payload, or many in one statement.
-
-Dedup: a partial unique index (one in-flight job per page for
-`analyze_page`, per chapter for `sync_chapter_content`) may skip an insert.
-`ON CONFLICT DO NOTHING` makes a skipped insert raise nothing, so the
-caller's transaction stays usable; the answer says which were skipped.
-"""
+"""Inserting pending jobs, one or many per statement. A dedup index (one job in
+flight per page, or per chapter) may skip an insert: `ON CONFLICT DO NOTHING`
+keeps the caller's transaction usable, and the answer says which were skipped."""
 
 from __future__ import annotations
 

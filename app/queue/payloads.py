@@ -1,8 +1,6 @@
-"""Job payloads: the JSON stored in `crawler_jobs.payload`, tagged by `kind`.
-
-Rows written by the service this one succeeds must keep decoding: unknown keys
-are ignored and `url`, `title` and `force` have defaults.
-"""
+"""Job payloads: the JSON stored in `crawler_jobs.payload`, tagged by `kind`. Rows of
+the service this one succeeds must keep decoding: unknown keys are ignored, and
+`url`, `title` and `force` have defaults."""
 
 from __future__ import annotations
 

@@ -64,13 +64,10 @@ def save_done(conn: Conn, page_id: uuid.UUID, record: AnalysisRecord, *, duratio
 def save_failed(
     conn: Conn, page_id: uuid.UUID, error: str, *, model: str, duration_ms: int
 ) -> None:
-    """Record that analysing the page failed for good.
-
-    A page with no analysis (or a failed one) gets a `failed` row carrying
-    this attempt's error and duration. A page that already has a `done`
-    analysis keeps it, results and duration included (a failed forced
-    re-analysis must not destroy a good one); only `error` records the failure.
-    """
+    """Record that analysing the page failed for good: a `failed` row with this
+    attempt's error and duration, unless the page has a `done` analysis, which it
+    keeps (a failed forced re-analysis must not destroy a good one): then only
+    `error` records the failure."""
     error = error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 1] + "…"
     was_done = table.c.status == "done"
     statement = insert(table).values(

@@ -84,11 +84,8 @@ def count_unanalysed(conn: Conn) -> int:
 def unanalysed_page_ids(
     conn: Conn, *, after: uuid.UUID | None = None, limit: int = 1000
 ) -> list[uuid.UUID]:
-    """The next `limit` pages (by id, after `after`) with no `done` analysis.
-
-    Keyset pagination: pass the last id of one batch as `after` for the next,
-    so pages requested meanwhile (still without a done analysis) are not seen twice.
-    """
+    """The next `limit` pages (by id, after `after`) with no `done` analysis: pass
+    the last id of a batch as `after` for the next, so no page is seen twice."""
     statement = select(Page.id).where(~_analysed())
     if after is not None:
         statement = statement.where(Page.id > after)
