@@ -34,30 +34,6 @@ POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 POSTGRES_URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/dbname"
 
 
-def check_postgres_url(value: str | None) -> str | None:
-    """`value` unchanged if it is a PostgreSQL URL this service can use, else `ValueError`
-    saying what is accepted (naming only the scheme: the URL may hold a password)."""
-    if not value:
-        return None
-    scheme, separator, rest = value.partition("://")
-    if not separator or not scheme or not rest:
-        raise ValueError(f"not a URL; expected {POSTGRES_URL_EXAMPLE}")
-    if scheme.lower() not in POSTGRES_URL_SCHEMES:
-        accepted = ", ".join(f"{name}://" for name in POSTGRES_URL_SCHEMES)
-        raise ValueError(
-            f"{scheme}:// is not supported; PostgreSQL only ({accepted}), "
-            f"e.g. {POSTGRES_URL_EXAMPLE}"
-        )
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        make_url(value)
-    except (ArgumentError, ValueError) as exc:
-        raise ValueError(f"not a valid URL ({exc}); expected {POSTGRES_URL_EXAMPLE}") from None
-    return value
-
-
 class Settings(BaseSettings):
     """Service configuration. Field names map to upper-case environment variables."""
 
@@ -130,9 +106,29 @@ class Settings(BaseSettings):
     @field_validator("database_url", "listen_database_url")
     @classmethod
     def _postgres_only(cls, value: str | None) -> str | None:
+        """`value` unchanged if it is a PostgreSQL URL this service can use, else `ValueError`
+        saying what is accepted (naming only the scheme: the URL may hold a password)."""
         # Unset or empty (as in a copied .env) means the default: the embedded
         # database for DATABASE_URL, DATABASE_URL for LISTEN_DATABASE_URL.
-        return check_postgres_url(value)
+        if not value:
+            return None
+        scheme, separator, rest = value.partition("://")
+        if not separator or not scheme or not rest:
+            raise ValueError(f"not a URL; expected {POSTGRES_URL_EXAMPLE}")
+        if scheme.lower() not in POSTGRES_URL_SCHEMES:
+            accepted = ", ".join(f"{name}://" for name in POSTGRES_URL_SCHEMES)
+            raise ValueError(
+                f"{scheme}:// is not supported; PostgreSQL only ({accepted}), "
+                f"e.g. {POSTGRES_URL_EXAMPLE}"
+            )
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError) as exc:
+            raise ValueError(f"not a valid URL ({exc}); expected {POSTGRES_URL_EXAMPLE}") from None
+        return value
 
     @field_validator("vision_url")
     @classmethod
