@@ -33,10 +33,8 @@ def _insert(many: bool, options: tuple[str, ...]) -> str:
             f"VALUES (%(id)s::uuid, %(payload)s::jsonb{values}) ON CONFLICT DO NOTHING"
         )
     # The payloads travel as ONE JSON array (one parameter, parsed once by the
-    # server); each gets its id and its ordinal `n` in the CTE, and the answer
-    # is `(n, id)` of the rows inserted. `ORDER BY n` inserts in the caller's
-    # order: within one call, the first of two payloads for the same page wins
-    # the slot.
+    # server). `ORDER BY n` inserts in the caller's order: within one call, the
+    # first of two payloads for the same page wins the slot.
     return f"""
         WITH v AS MATERIALIZED (
             SELECT gen_random_uuid() AS id, payload, n
