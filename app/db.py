@@ -45,10 +45,8 @@ def connect_kwargs(target: Engine | URL | str) -> dict[str, Any]:
 
 def normalise_url(url: str) -> str:
     """Use the psycopg 3 driver for plain `postgresql://` / `postgres://` URLs."""
-    if url.startswith("postgres://"):
-        url = "postgresql://" + url[len("postgres://") :]
     parsed = make_url(url)
-    if parsed.drivername == "postgresql":
+    if parsed.drivername in ("postgres", "postgresql"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed.render_as_string(hide_password=False)
 
