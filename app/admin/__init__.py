@@ -16,11 +16,11 @@ from app.admin.queries import (
     parse_force_body,
     parse_limit,
     parse_uuid,
-    queue_stats,
     request_page_analysis,
 )
 from app.admin.retry import check_kind, retry_dead_jobs, retry_job
 from app.errors import AdminError, BadRequest, Conflict, NotFound
+from app.queue.stats import queue_stats
 
 __all__ = [
     "DEFAULT_LIMIT",

@@ -13,28 +13,19 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import logging
 import uuid
 from datetime import datetime
 from typing import Any, Final, cast
 
-from sqlalchemy import (
-    ColumnElement,
-    Table,
-    select,
-    tuple_,
-)
+from sqlalchemy import ColumnElement, Table, select, tuple_
 
 from app.admin.labels import label, with_labels
-from app.admin.retry import check_kind, retry_dead_jobs, retry_job
+from app.admin.retry import check_kind
 from app.db import Conn
-from app.errors import AdminError, BadRequest, Conflict, NotFound
+from app.errors import BadRequest, Conflict, NotFound
 from app.models import JOB_STATES, Page, PageAnalysis
 from app.queue.requests import request_analysis
-from app.queue.stats import queue_stats
 from app.queue.table import KIND, jobs, payload_field
-
-logger = logging.getLogger(__name__)
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
@@ -233,23 +224,3 @@ def request_page_analysis(conn: Conn, page_id: uuid.UUID, *, force: bool = False
         # request_analysis lost its insert/look-up race three times in a row.
         raise Conflict(f"could not enqueue analysis of page {page_id}; try again")
     return {"job_id": str(job_id)}
-
-
-__all__ = [
-    "MAX_BODY_BYTES",
-    "AdminError",
-    "BadRequest",
-    "Conflict",
-    "NotFound",
-    "decode_cursor",
-    "encode_cursor",
-    "get_page_analysis",
-    "list_jobs",
-    "parse_force_body",
-    "parse_limit",
-    "parse_uuid",
-    "queue_stats",
-    "request_page_analysis",
-    "retry_dead_jobs",
-    "retry_job",
-]
