@@ -1,6 +1,7 @@
 """Framework-neutral admin queries and actions: stats, job listings, retry, labels.
 
-Every function takes `conn` first and never commits. The Flask and Django
+Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
+executes on it and never commits or rolls back. The Flask and Django
 adapters (`app.web`) and the operator commands (`app.cli`) are built on it.
 """
 

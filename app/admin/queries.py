@@ -1,10 +1,8 @@
-"""Framework-neutral admin queries and actions: stats, job listing, retry, page analysis.
+"""Admin queries and actions: job listing, input parsing, page analysis.
 
-Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
-executes on it and never commits or rolls back. Every returned dict is
-JSON-ready (UUIDs as str, times ISO 8601 with an offset) and is exactly the
-body of the matching admin route in DESIGN.md, so the CLI's `--json` and the
-HTTP API print the same thing. Bad input raises a subclass of `AdminError`,
+Every returned dict is JSON-ready (UUIDs as str, times ISO 8601 with an offset)
+and is exactly the body of the matching admin route, so the CLI's `--json` and
+the HTTP API print the same thing. Bad input raises a subclass of `AdminError`,
 which carries the HTTP status and machine code the web layers answer with.
 """
 
