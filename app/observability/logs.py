@@ -1,16 +1,6 @@
-"""Logging for the command line: the human format, or one JSON object per line.
-
-`LOG_FORMAT=json` gives lines a log shipper can parse without rules:
-
-    {"time": "2026-11-30T16:01:02.345Z", "level": "INFO", "logger": "app.worker.runner",
-     "message": "job ... completed in 812 ms", "thread": "analysis-0",
-     "job_id": "...", "kind": "analyze_page", "attempt": 1, "page_id": "...",
-     "duration_ms": 812}
-
-The job fields come from `app.worker.logcontext` (every line logged while a
-job is handled) and from a call's `extra=`; `exception` holds the traceback
-text when there is one.
-"""
+"""Logging for the command line: the human format, or (`LOG_FORMAT=json`) one JSON
+object per line, with the job fields of `app.worker.logcontext` and a call's `extra=`
+as keys and `exception` holding the traceback text (docs/metrics.md shows a line)."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
 """Prometheus metrics of the worker process, served at `/metrics` when `METRICS_PORT` is set.
 
-`WorkerMetrics` is both a `RunnerObserver` (job outcomes, lost heartbeats)
-and a `VisionObserver` (request durations and errors, readiness probes); it
-registers its metrics on a `CollectorRegistry` the caller passes in, so
-nothing is global and two runners in one process (or tests) do not clash.
-
-Queue depth (`queue_jobs{kind,state}`) is sampled by `QueueSampler` on a
-timer: a scrape only reads memory and never touches the database, however
-often Prometheus (or several of them) ask. With several worker processes,
+Queue depth (`queue_jobs{kind,state}`) is sampled on a timer: a scrape only
+reads memory and never touches the database. With several worker processes,
 each one reports the same queue: aggregate it with `max`, not `sum`.
 """
 
@@ -45,7 +39,9 @@ DEFAULT_SAMPLE_SECONDS: Final = 15.0
 
 
 class WorkerMetrics:
-    """The worker's metrics on `registry`. Every method is quick and thread-safe.
+    """The worker's metrics on `registry` (nothing global: two runners in one process do
+    not clash); a `RunnerObserver` and a `VisionObserver`. Every method is quick and
+    thread-safe.
 
     `kinds` (the runner's job kinds) pre-create the per-kind series at 0, so
     `rate()` works from the first scrape instead of from the first event.
@@ -209,6 +205,12 @@ class QueueSampler:
                 return
 
 
+class MetricsServerError(ServiceError):
+    """`/metrics` cannot be served (the port is taken, say); the worker does not start."""
+
+    retryable = False
+
+
 @contextmanager
 def serve_metrics(
     engine: Engine,
@@ -219,25 +221,23 @@ def serve_metrics(
     sample_seconds: float = DEFAULT_SAMPLE_SECONDS,
 ) -> Iterator[int]:
     """Serve `metrics.registry` at `http://host:port/metrics` and sample the queue,
-    until the block ends; yields the bound port (`port=0` picks a free one).
-
-    `OSError` (port taken, say) is raised before anything is started.
+    until the block ends; yields the bound port (`port=0` picks a free one) and logs
+    the URL. `MetricsServerError` (port taken, say) is raised before anything is started.
     """
-    server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    try:
+        server, thread = start_http_server(port, addr=host, registry=metrics.registry)
+    except OSError as exc:
+        raise MetricsServerError(f"cannot serve metrics on {host}:{port}: {exc}") from None
     sampler = QueueSampler(engine, metrics, interval=sample_seconds).start()
     try:
-        yield int(server.server_port)
+        bound = int(server.server_port)
+        logger.info("serving Prometheus metrics at http://%s:%d/metrics", host, bound)
+        yield bound
     finally:
         sampler.stop()
         server.shutdown()
         server.server_close()
         thread.join(5.0)
-
-
-class MetricsServerError(ServiceError):
-    """`/metrics` cannot be served (the port is taken, say); the worker does not start."""
-
-    retryable = False
 
 
 def worker_metrics(settings: Settings, *, kinds: Sequence[str]) -> WorkerMetrics | None:
@@ -254,20 +254,15 @@ def serving_metrics(
     settings: Settings, engine: Engine, metrics: WorkerMetrics | None
 ) -> Iterator[None]:
     """`serve_metrics` configured from `METRICS_*` for the block (nothing when `metrics`
-    is `None`); logs the URL. `MetricsServerError` when the port cannot be bound."""
+    is `None`)."""
     if metrics is None or settings.metrics_port is None:
         yield
         return
-    host, port = settings.metrics_host, settings.metrics_port
-    serving = serve_metrics(
-        engine, metrics, host=host, port=port, sample_seconds=settings.metrics_sample_seconds
-    )
-    try:
-        bound = serving.__enter__()
-    except OSError as exc:
-        raise MetricsServerError(f"cannot serve metrics on {host}:{port}: {exc}") from None
-    try:
-        logger.info("serving Prometheus metrics at http://%s:%d/metrics", host, bound)
+    with serve_metrics(
+        engine,
+        metrics,
+        host=settings.metrics_host,
+        port=settings.metrics_port,
+        sample_seconds=settings.metrics_sample_seconds,
+    ):
         yield
-    finally:
-        serving.__exit__(None, None, None)
