@@ -1,11 +1,5 @@
 """`python -m app demo` (`make demo`): the whole service at work on the sample manga.
 
-Starts the database (the embedded one unless `DATABASE_URL` is set),
-migrates it, imports `examples/sample_manga/` as a manga, requests analysis
-of its pages, runs the page-analysis runner until those jobs have finished
-(printing each event), then prints page -> status, duration and OCR text,
-where the data lives, and how to use a real model server.
-
 Re-running reuses the sample manga (found by its title, when it still has
 one page per sample image): its pages are analysed again (`force`), so
 every run shows the worker at work and the database keeps one copy.
@@ -48,16 +42,8 @@ SAMPLE_FOLDER: Final = _sample_folder()
 SAMPLE_TITLE: Final = "Sample manga (make demo)"
 """Title of the demo's manga; a second run finds the manga by it."""
 SAMPLE_CHAPTER: Final = Decimal(1)
-DEFAULT_TIMEOUT_SECONDS: Final = 300.0
-"""How long the demo waits for its pages before giving up."""
 TEXT_COLUMN_CHARS: Final = 90
 """OCR text shown per page in the table."""
-
-
-@dataclass(frozen=True)
-class DemoPage:
-    page_id: uuid.UUID
-    number: int
 
 
 @dataclass(frozen=True)
@@ -67,8 +53,8 @@ class PageRow:
     number: int
     status: str
     duration_ms: int | None
-    ocr_text: str
-    error: str
+    ocr_text: str | None
+    error: str | None
 
 
 def run_demo(
@@ -76,10 +62,9 @@ def run_demo(
     engine: Engine,
     *,
     database_label: str,
-    folder: Path = SAMPLE_FOLDER,
-    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    timeout: float,
     out: TextIO,
-    graceful: GracefulStop | None = None,
+    graceful: GracefulStop,
 ) -> int:
     """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages
     are done, 130 when `graceful` was asked to stop (the jobs in flight are given back).
@@ -90,10 +75,10 @@ def run_demo(
     def say(line: str = "") -> None:
         print(line, file=out, flush=True)
 
-    pages, reused = _prepare_pages(engine, settings.storage_root, folder)
+    pages, reused = _prepare_pages(engine, settings.storage_root, SAMPLE_FOLDER)
     say(
         f"{'Reusing' if reused else 'Imported'} {SAMPLE_TITLE!r}: {len(pages)} page(s) from "
-        f"{folder}; analysis requested{' again (force)' if reused else ''}."
+        f"{SAMPLE_FOLDER}; analysis requested{' again (force)' if reused else ''}."
     )
     ocr = OcrAnalyzer() if settings.backend == "ocr" else None
     progress = _Progress(pages, ocr, say)
@@ -103,8 +88,7 @@ def run_demo(
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
-            if graceful is not None:
-                graceful.on_stop(runner.stop)
+            graceful.on_stop(runner.stop)
             runner.start()
             try:
                 drained = _wait(
@@ -119,7 +103,7 @@ def run_demo(
         if ocr is not None:
             ocr.close()
     elapsed = time.monotonic() - started
-    if graceful is not None and graceful.requested.is_set():
+    if graceful.requested.is_set():
         say(
             f"Interrupted after {elapsed:.1f} s: pages being analysed were given back to the "
             "queue; `make demo` (or make run-worker) picks them up again."
@@ -129,7 +113,7 @@ def run_demo(
     say()
     rows = _results(engine, pages)
     earlier = {row.number for row in rows if row.status != "not analysed"} - {
-        page.number for page in pages if progress.ended(page.page_id)
+        number for page_id, number in pages.items() if progress.ended(page_id)
     }
     for line in _table(rows, earlier):
         say(line)
@@ -146,9 +130,9 @@ class _Progress:
     """Prints the demo pages' events as they come (on the runner's threads)."""
 
     def __init__(
-        self, pages: Sequence[DemoPage], ocr: OcrAnalyzer | None, say: Callable[[str], None]
+        self, pages: dict[uuid.UUID, int], ocr: OcrAnalyzer | None, say: Callable[[str], None]
     ) -> None:
-        self._numbers = {page.page_id: page.number for page in pages}
+        self._numbers = pages
         self._ocr = ocr
         self._say = say
         self._lock = threading.Lock()
@@ -208,19 +192,22 @@ def _backend_line(settings: Settings, ocr: OcrAnalyzer | None) -> str:
     return f"Analyzer: vision model server {settings.vision_url} (model {settings.vision_model})"
 
 
-def _prepare_pages(engine: Engine, storage_root: Path, folder: Path) -> tuple[list[DemoPage], bool]:
+def _prepare_pages(
+    engine: Engine, storage_root: Path, folder: Path
+) -> tuple[dict[uuid.UUID, int], bool]:
+    """The demo's pages (id -> number, in page order), and whether they were reused."""
     images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     with engine.begin() as conn:
         existing = _existing_pages(conn)
         if existing is not None and len(existing) == len(images):
-            for (page, key), image in zip(existing, images, strict=True):
+            for (page_id, _number, key), image in zip(existing, images, strict=True):
                 # STORAGE_ROOT may have changed since the first run: put the image back.
                 target = storage_root / key
                 if not target.is_file():
                     target.parent.mkdir(parents=True, exist_ok=True)
                     shutil.copyfile(image, target)
-                request_analysis(conn, page.page_id, force=True)
-            return [page for page, _key in existing], True
+                request_analysis(conn, page_id, force=True)
+            return {page_id: number for page_id, number, _key in existing}, True
     # A sample manga with another number of pages (the samples changed): a fresh copy.
     result = import_folder(
         engine,
@@ -230,10 +217,10 @@ def _prepare_pages(engine: Engine, storage_root: Path, folder: Path) -> tuple[li
         chapter=SAMPLE_CHAPTER,
         new_manga=existing is not None,
     )
-    return [DemoPage(page_id, n) for n, page_id in enumerate(result.page_ids, start=1)], False
+    return {page.page_id: page.number for page in result.pages}, False
 
 
-def _existing_pages(conn: Connection) -> list[tuple[DemoPage, str]] | None:
+def _existing_pages(conn: Connection) -> list[tuple[uuid.UUID, int, str]] | None:
     chapter_id = conn.execute(
         select(Chapter.id)
         .join(Manga, Manga.id == Chapter.manga_id)
@@ -248,7 +235,7 @@ def _existing_pages(conn: Connection) -> list[tuple[DemoPage, str]] | None:
         .where(Page.chapter_id == chapter_id)
         .order_by(Page.number)
     ).all()
-    return [(DemoPage(row.id, row.number), row.storage_key) for row in rows]
+    return [(row.id, row.number, row.storage_key) for row in rows]
 
 
 def _wait(
@@ -261,9 +248,9 @@ def _wait(
     return True
 
 
-def _results(engine: Engine, pages: Sequence[DemoPage]) -> list[PageRow]:
+def _results(engine: Engine, pages: dict[uuid.UUID, int]) -> list[PageRow]:
     with engine.connect() as conn:
-        analyses = {
+        found = {
             row.page_id: row
             for row in conn.execute(
                 select(
@@ -272,25 +259,15 @@ def _results(engine: Engine, pages: Sequence[DemoPage]) -> list[PageRow]:
                     PageAnalysis.duration_ms,
                     PageAnalysis.ocr_text,
                     PageAnalysis.error,
-                ).where(PageAnalysis.page_id.in_([page.page_id for page in pages]))
+                ).where(PageAnalysis.page_id.in_(list(pages)))
             )
         }
-    rows = []
-    for page in pages:
-        analysis = analyses.get(page.page_id)
-        if analysis is None:
-            rows.append(PageRow(page.number, "not analysed", None, "", ""))
-        else:
-            rows.append(
-                PageRow(
-                    page.number,
-                    analysis.status,
-                    analysis.duration_ms,
-                    analysis.ocr_text or "",
-                    analysis.error or "",
-                )
-            )
-    return rows
+    return [
+        PageRow(number, *found[page_id][1:])
+        if page_id in found
+        else PageRow(number, "not analysed", None, None, None)
+        for page_id, number in pages.items()
+    ]
 
 
 def _table(rows: Sequence[PageRow], earlier: Set[int] = frozenset()) -> list[str]:
