@@ -1,9 +1,6 @@
 """Command line: `python -m app run-worker | migrate | demo | import-pages FOLDER |
 request-analysis PAGE_ID | jobs ... | analyze ...`; `python -m app COMMAND --help`
-for each (the arguments are in `app.cli.parser`).
-
-Signal handlers live here and in `app.cli.shutdown`, on the main thread, never
-in the library: a host web server owns its own signals.
+for each (the arguments are in `app.cli.parser`, signals in `app.cli.shutdown`).
 """
 
 from __future__ import annotations
@@ -13,18 +10,24 @@ import json
 import logging
 import os
 import sys
-import uuid
 from collections.abc import Sequence
-from decimal import Decimal
-from pathlib import Path
+from dataclasses import asdict
 from typing import NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
-from app.cli.parser import EXIT_USAGE, build_parser
-from app.cli.shutdown import EXIT_INTERRUPTED, GracefulStop, exit_process, interrupt_on_stop_signals
+from app.cli import operator_commands as operator_cli
+from app.cli.parser import build_parser, check_usage
+from app.cli.shutdown import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    GracefulStop,
+    exit_process,
+    interrupt_on_stop_signals,
+)
 from app.config import Settings
 from app.db import database_url, make_engine
 from app.errors import ServiceError
@@ -33,8 +36,6 @@ from app.observability.logs import configure_logging
 logger = logging.getLogger("app.cli")
 
 EXIT_MIGRATIONS_PENDING = 2
-EXIT_SECOND_SIGNAL = EXIT_INTERRUPTED
-EXIT_FAILED = 1
 
 OPERATOR_COMMANDS = ("jobs", "analyze", "request-analysis")
 """Commands whose output is for a person: their logging defaults to WARNING."""
@@ -47,11 +48,8 @@ DB_CONNECT_TIMEOUT_SECONDS = 10
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns its exit code (0 ok, 1 failed, 2 bad usage or
     configuration, 130 interrupted)."""
-    from app.cli import operator_commands as operator_cli
-
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    operator_cli.check_usage(args)
+    args = build_parser().parse_args(argv)
+    check_usage(args)
     if args.command not in LONG_RUNNING:
         interrupt_on_stop_signals()
     try:
@@ -106,24 +104,13 @@ def _settings_problem(exc: ValidationError) -> str:
 
 
 def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
-    from app.cli import operator_commands as operator_cli
-
     if args.command == "migrate":
         return migrate(settings)
-    if args.command == "request-analysis":
-        return request_analysis_command(settings, args.page_id, args.force)
     if args.command == "import-pages":
-        return import_pages_command(
-            settings,
-            args.folder,
-            args.title,
-            args.chapter,
-            new_manga=args.new_manga,
-            as_json=args.json,
-        )
+        return import_pages_command(settings, args)
     if args.command == "demo":
         return demo_command(settings, args.timeout)
-    if args.command in ("jobs", "analyze"):
+    if args.command in OPERATOR_COMMANDS:
         engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
         try:
             return operator_cli.run(args, engine, reap_retention_days=settings.reap_retention_days)
@@ -180,66 +167,28 @@ def migrate(settings: Settings) -> int:
     return 0
 
 
-def request_analysis_command(settings: Settings, page_id: uuid.UUID, force: bool) -> int:
-    """What `POST api/pages/<id>/analysis` does: prints the id of the job that will
-    analyse the page (an in-flight one is reused). Kept for scripts; `analyze
-    --page` is the operator's command and says what it enqueued or skipped."""
-    from app import admin
-
-    engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
-    try:
-        with engine.begin() as conn:
-            job_id = admin.request_page_analysis(conn, page_id, force=force)["job_id"]
-    except admin.NotFound:
-        print(f"error: no such page {page_id}", file=sys.stderr)
-        return EXIT_FAILED
-    except admin.Conflict as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    finally:
-        engine.dispose()
-    print(job_id)
-    return 0
-
-
-def import_pages_command(
-    settings: Settings,
-    folder: Path,
-    title: str,
-    chapter: Decimal,
-    *,
-    new_manga: bool = False,
-    as_json: bool = False,
-) -> int:
-    """Import `folder` as a chapter; print what was created (ids people look for)."""
+def import_pages_command(settings: Settings, args: argparse.Namespace) -> int:
+    """Import `args.folder` as a chapter; print what was created (ids people look for)."""
     from app.cli.importer import import_folder
 
+    title, chapter = args.title, args.chapter
     engine = make_engine(database_url(settings))
     try:
         result = import_folder(
-            engine, settings.storage_root, folder, title=title, chapter=chapter, new_manga=new_manga
+            engine,
+            settings.storage_root,
+            args.folder,
+            title=title,
+            chapter=chapter,
+            new_manga=args.new_manga,
         )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
         engine.dispose()
-    if as_json:
-        body = {
-            "manga_id": str(result.manga_id),
-            "chapter_id": str(result.chapter_id),
-            "created_manga": result.created_manga,
-            "pages": [
-                {
-                    "number": page.number,
-                    "page_id": str(page.page_id),
-                    "job_id": str(page.job_id) if page.job_id else None,
-                    "file": page.file,
-                }
-                for page in result.pages
-            ],
-        }
-        print(json.dumps(body, indent=2))
+    if args.json:
+        print(json.dumps(asdict(result), indent=2, default=str))
         return 0
     manga = "new manga" if result.created_manga else "existing manga"
     print(

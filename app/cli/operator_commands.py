@@ -1,183 +1,43 @@
-"""The operator commands: `jobs stats|list|retry|reap|reclaim` and `analyze`.
+"""The operator commands: `jobs stats|list|retry|reap|reclaim`, `analyze` and
+`request-analysis`.
 
-Entry points only: they parse arguments, call `app.admin`, `app.queue` and
-`app.repos.pages`, and turn the answer into a table (or, with `--json`,
-exactly the JSON body of the matching admin API route). Exit codes: 0 ok,
-1 the command failed (unknown id, conflict), 2 bad usage.
+Entry points only: they call `app.admin`, `app.queue` and `app.repos.pages`,
+and turn the answer into a table (or, with `--json`, exactly the JSON body of
+the matching admin API route). Exit codes: 0 ok, 1 the command failed
+(unknown id, conflict), 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import uuid
-from collections.abc import Callable, Sequence
-from typing import Any, Final
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Final, TextIO
 
 from sqlalchemy import Engine
 
 from app import admin
 from app.admin.analyze import NoSuchTarget, RequestCounts, request_pages, target_page_ids
-from app.cli.tables import (
-    Progress,
-    duration_text,
-    error,
-    print_json,
-    shorten,
-    table,
-    time_text,
-)
+from app.cli.shutdown import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from app.models import JOB_STATES
 from app.queue.requests import BATCH_SIZE
 from app.queue.states import reap_done, reclaim_expired
 from app.queue.stats import count_dead
 from app.repos.pages import PageGroup, count_unanalysed, unanalysed_page_ids
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_USAGE: Final = 2
-EXIT_INTERRUPTED: Final = 130
-
 ERROR_COLUMN_CHARS: Final = 60
 """`jobs list` shortens `last_error` to this many characters (`--json` has it whole)."""
 LABEL_COLUMN_CHARS: Final = 40
 
 
-# --- argument types (their messages say what is expected) -------------------
-
-
-def uuid_arg(what: str) -> Callable[[str], uuid.UUID]:
-    def parse(value: str) -> uuid.UUID:
-        try:
-            return uuid.UUID(value)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{value!r} is not a {what} id: give a UUID such as "
-                "0b6f4c4e-6a0e-4d55-9a39-2f6f6d3c1a7e"
-            ) from None
-
-    parse.__name__ = f"{what} id"
-    return parse
-
-
-def limit_arg(value: str) -> int:
-    try:
-        return admin.parse_limit(value)
-    except admin.BadRequest as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def days_arg(value: str) -> int:
-    try:
-        days = int(value)
-    except ValueError:
-        days = 0
-    if days < 1:
-        raise argparse.ArgumentTypeError(
-            f"--days must be a whole number of days, at least 1, not {value!r}"
-        )
-    return days
-
-
-# --- parser -----------------------------------------------------------------
-
-
-def add_commands(commands: Any) -> None:
-    """Add `jobs ...` and `analyze` to the `add_subparsers()` object `commands`."""
-    jobs = commands.add_parser(
-        "jobs",
-        help="inspect and steer the job queue (stats, list, retry, reap, reclaim)",
-        description="Inspect and steer the job queue.",
-    )
-    sub = jobs.add_subparsers(dest="jobs_command", metavar="COMMAND", required=True)
-
-    stats = sub.add_parser(
-        "stats",
-        help="counts by kind and state, oldest pending age",
-        description="Job counts by kind and state, and how long the oldest due pending job "
-        "has waited. --json prints the body of GET api/stats.",
-    )
-    stats.add_argument("--json", action="store_true", help="print the admin API's JSON")
-
-    listing = sub.add_parser(
-        "list",
-        help="jobs newest first, with labels and last_error",
-        description="Jobs, most recently updated first. --json prints the body of GET api/jobs "
-        "(last_error in full; next_cursor continues the listing with --cursor).",
-    )
-    listing.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")
-    listing.add_argument("--kind", help="only jobs of this kind, e.g. analyze_page")
-    listing.add_argument(
-        "--limit", type=limit_arg, default=admin.DEFAULT_LIMIT, help="how many, 1-500 (default 50)"
-    )
-    listing.add_argument("--cursor", help="continue after a listing's next_cursor")
-    listing.add_argument("--json", action="store_true", help="print the admin API's JSON")
-
-    retry = sub.add_parser(
-        "retry",
-        help="dead jobs back to pending, attempts reset",
-        description="Move dead jobs back to pending, attempts reset, due now. Give job ids, "
-        "or --all-dead (optionally with --kind). A dead job whose page already has a job "
-        "pending or running is left dead.",
-    )
-    retry.add_argument(
-        "job_ids", nargs="*", type=uuid_arg("job"), metavar="ID", help="ids of dead jobs"
-    )
-    retry.add_argument("--all-dead", action="store_true", help="retry every dead job")
-    retry.add_argument("--kind", help="with --all-dead: only dead jobs of this kind")
-    retry.set_defaults(retry_parser=retry)
-
-    reap = sub.add_parser(
-        "reap",
-        help="delete done jobs older than N days",
-        description="Delete done jobs last updated more than N days ago.",
-    )
-    reap.add_argument(
-        "--days",
-        type=days_arg,
-        help="retention in days, at least 1 (default: REAP_RETENTION_DAYS, 7)",
-    )
-
-    sub.add_parser(
-        "reclaim",
-        help="give back running jobs whose lease expired",
-        description="Running jobs whose lease has expired (their worker died) go back to "
-        "pending with the attempt refunded.",
-    )
-
-    analyze = commands.add_parser(
-        "analyze",
-        help="request analysis of a page, chapter, manga or every page missing one",
-        description="Request analysis (dedup respected: a page with a job already pending or "
-        "running gets no second one). Without --force, pages already analysed are skipped. "
-        "--missing takes every page without a done analysis, including those whose analysis "
-        f"failed, in batches of {BATCH_SIZE}; on a terminal it shows a progress bar.",
-    )
-    target = analyze.add_mutually_exclusive_group(required=True)
-    target.add_argument("--page", type=uuid_arg("page"), metavar="ID", help="this one page")
-    target.add_argument(
-        "--chapter", type=uuid_arg("chapter"), metavar="ID", help="every page of this chapter"
-    )
-    target.add_argument(
-        "--manga", type=uuid_arg("manga"), metavar="ID", help="every page of this manga"
-    )
-    target.add_argument("--missing", action="store_true", help="every page with no done analysis")
-    analyze.add_argument(
-        "--force", action="store_true", help="re-analyse pages even if already analysed"
-    )
-
-
-def check_usage(args: argparse.Namespace) -> None:
-    """Usage errors argparse cannot see; exits 2 with a message (before any database work)."""
-    if args.command == "jobs" and args.jobs_command == "retry":
-        if bool(args.job_ids) == bool(args.all_dead):
-            args.retry_parser.error("give job ids or --all-dead (not both)")
-        if args.kind is not None and not args.all_dead:
-            args.retry_parser.error("--kind only goes with --all-dead")
-
-
 def run(args: argparse.Namespace, engine: Engine, *, reap_retention_days: int = 7) -> int:
-    """Run the operator command `args` names (see `check_usage`); returns the exit code."""
+    """Run the operator command `args` names (checked by `parser.check_usage`); returns
+    the exit code."""
+    if args.command == "request-analysis":
+        return request_analysis(engine, args.page_id, force=args.force)
     if args.command == "analyze":
         return analyze(engine, args)
     command = args.jobs_command
@@ -192,6 +52,20 @@ def run(args: argparse.Namespace, engine: Engine, *, reap_retention_days: int = 
     return jobs_reclaim(engine)
 
 
+def request_analysis(engine: Engine, page_id: uuid.UUID, *, force: bool) -> int:
+    """What `POST api/pages/<id>/analysis` does: prints the id of the job that will
+    analyse the page (an in-flight one is reused). Kept for scripts; `analyze
+    --page` is the operator's command and says what it enqueued or skipped."""
+    try:
+        with engine.begin() as conn:
+            job_id = admin.request_page_analysis(conn, page_id, force=force)["job_id"]
+    except (admin.NotFound, admin.Conflict) as exc:
+        error(f"no such page {page_id}" if isinstance(exc, admin.NotFound) else str(exc))
+        return EXIT_FAILED
+    print(job_id)
+    return 0
+
+
 # --- jobs ---------------------------------------------------------------------
 
 
@@ -200,7 +74,7 @@ def jobs_stats(engine: Engine, *, as_json: bool) -> int:
         stats = admin.queue_stats(conn)
     if as_json:
         print_json(stats)
-        return EXIT_OK
+        return 0
     counts: dict[str, dict[str, int]] = stats["jobs"]
     rows = [[kind, *(str(states.get(s, 0)) for s in JOB_STATES)] for kind, states in counts.items()]
     totals = [sum(states.get(s, 0) for states in counts.values()) for s in JOB_STATES]
@@ -212,7 +86,7 @@ def jobs_stats(engine: Engine, *, as_json: bool) -> int:
         print("oldest due pending job: none (nothing is waiting)")
     else:
         print(f"oldest due pending job: waiting {duration_text(age)}")
-    return EXIT_OK
+    return 0
 
 
 def jobs_list(engine: Engine, args: argparse.Namespace) -> int:
@@ -226,10 +100,10 @@ def jobs_list(engine: Engine, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     if args.json:
         print_json(listing)
-        return EXIT_OK
+        return 0
     if not listing["jobs"]:
         print("no jobs match")
-        return EXIT_OK
+        return 0
     rows = [
         [
             job["id"],
@@ -246,7 +120,7 @@ def jobs_list(engine: Engine, args: argparse.Namespace) -> int:
     print(table(headers, rows, numeric=[3]))
     if listing["next_cursor"]:
         print(f"more jobs: add --cursor {listing['next_cursor']}")
-    return EXIT_OK
+    return 0
 
 
 def jobs_retry(
@@ -261,19 +135,15 @@ def jobs_retry(
         left = dead_before - len(retried)
         if left:
             print(f"left {left} dead: another job for the same page or chapter is in flight")
-        return EXIT_OK
-    code = EXIT_OK
+        return 0
+    code = 0
     for job_id in job_ids:
         # One transaction per id: one that cannot be retried does not undo the others.
         try:
             with engine.begin() as conn:
                 admin.retry_job(conn, job_id)
-        except admin.NotFound:
-            error(f"no such job {job_id}")
-            code = EXIT_FAILED
-            continue
-        except admin.Conflict as exc:
-            error(str(exc))
+        except (admin.NotFound, admin.Conflict) as exc:
+            error(f"no such job {job_id}" if isinstance(exc, admin.NotFound) else str(exc))
             code = EXIT_FAILED
             continue
         print(f"job {job_id}: back to pending, attempts reset")
@@ -283,11 +153,11 @@ def jobs_retry(
 def jobs_reap(engine: Engine, days: int) -> int:
     if days <= 0:
         print("REAP_RETENTION_DAYS is 0 (keep done jobs): nothing deleted; pass --days N")
-        return EXIT_OK
+        return 0
     with engine.begin() as conn:
         deleted = reap_done(conn, days)
     print(f"deleted {deleted} done job(s) last updated more than {days} day(s) ago")
-    return EXIT_OK
+    return 0
 
 
 def jobs_reclaim(engine: Engine) -> int:
@@ -305,7 +175,7 @@ def jobs_reclaim(engine: Engine) -> int:
             f"too often (crash loop): "
             + ", ".join(str(lease.id) for lease in reclaim.dead_lettered)
         )
-    return EXIT_OK
+    return 0
 
 
 # --- analyze ------------------------------------------------------------------
@@ -313,12 +183,12 @@ def jobs_reclaim(engine: Engine) -> int:
 
 def analyze(engine: Engine, args: argparse.Namespace) -> int:
     counts = RequestCounts()
-    progress: Progress | None = None
+    # A bar for many pages, on a terminal only.
+    progress = Progress(sys.stderr if args.page is None and sys.stderr.isatty() else None)
     try:
         if args.missing:
             with engine.connect() as conn:
-                total = count_unanalysed(conn)
-            progress = Progress(total, sys.stderr) if sys.stderr.isatty() else None
+                progress.total = count_unanalysed(conn)
             after: uuid.UUID | None = None
             while True:
                 # One transaction per batch: short locks, and an interrupted
@@ -329,33 +199,27 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
                         break
                     counts.add(request_pages(conn, batch, force=args.force))
                 after = batch[-1]
-                if progress:
-                    progress.advance(len(batch), counts.enqueued, counts.skipped)
+                progress.advance(len(batch), counts)
         else:
             target: PageGroup = "page" if args.page else "chapter" if args.chapter else "manga"
-            target_id: uuid.UUID = args.page or args.chapter or args.manga
             with engine.connect() as conn:
-                page_ids = target_page_ids(conn, target, target_id)
-            if target != "page" and sys.stderr.isatty():
-                progress = Progress(len(page_ids), sys.stderr)
+                page_ids = target_page_ids(conn, target, args.page or args.chapter or args.manga)
+            progress.total = len(page_ids)
             for start in range(0, len(page_ids), BATCH_SIZE):
                 batch = page_ids[start : start + BATCH_SIZE]
                 with engine.begin() as conn:
                     counts.add(request_pages(conn, batch, force=args.force))
-                if progress:
-                    progress.advance(len(batch), counts.enqueued, counts.skipped)
+                progress.advance(len(batch), counts)
     except NoSuchTarget as exc:
         error(str(exc))
         return EXIT_FAILED
     except KeyboardInterrupt:
-        if progress:
-            progress.finish()
+        progress.finish()
         error(f"interrupted; {counts.enqueued} job(s) were enqueued and stay queued")
         return EXIT_INTERRUPTED
-    if progress:
-        progress.finish()
+    progress.finish()
     print(counts_text(counts, force=args.force))
-    return EXIT_OK
+    return 0
 
 
 def counts_text(counts: RequestCounts, *, force: bool) -> str:
@@ -367,3 +231,79 @@ def counts_text(counts: RequestCounts, *, force: bool) -> str:
     if counts.already_done:
         reasons.append(f"{counts.already_done} already analysed: add --force to redo")
     return text + (f" ({'; '.join(reasons)})" if reasons else "")
+
+
+# --- terminal output ------------------------------------------------------------
+
+
+def print_json(body: Any) -> None:
+    print(json.dumps(body, ensure_ascii=False, indent=2))
+
+
+def error(message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+
+
+def shorten(text: str, width: int) -> str:
+    """One line, at most `width` characters (an ellipsis marks a cut)."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def time_text(iso: str) -> str:
+    return datetime.fromisoformat(iso).astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration_text(seconds: float) -> str:
+    whole = int(seconds)
+    if whole < 60:
+        return f"{seconds:.1f} s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Iterable[int] = ()
+) -> str:
+    """Aligned columns, two spaces apart; `numeric` column indexes are right-aligned."""
+    right = set(numeric)
+    widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            cell.rjust(widths[i]) if i in right else cell.ljust(widths[i])
+            for i, cell in enumerate(cells)
+        ]
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in rows)])
+
+
+class Progress:
+    """A one-line progress bar redrawn in place with `\\r` on `stream` (`None`: no bar)."""
+
+    WIDTH: Final = 30
+
+    def __init__(self, stream: TextIO | None) -> None:
+        self.total = 0
+        self.done = 0
+        self._stream = stream
+
+    def advance(self, pages: int, counts: RequestCounts) -> None:
+        self.done += pages
+        if self._stream is None:
+            return
+        share = min(self.done / self.total, 1.0) if self.total else 1.0
+        filled = int(self.WIDTH * share)
+        bar = "#" * filled + "." * (self.WIDTH - filled)
+        self._stream.write(
+            f"\r[{bar}] {self.done}/{self.total} pages, {counts.enqueued} enqueued, "
+            f"{counts.skipped} skipped"
+        )
+        self._stream.flush()
+
+    def finish(self) -> None:
+        if self._stream is not None and self.done:
+            self._stream.write("\n")
+            self._stream.flush()

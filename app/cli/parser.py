@@ -1,18 +1,23 @@
-"""The command line's arguments: every command and option says what it does (`--help`)."""
+"""The command line's arguments: every command and option says what it does (`--help`);
+usage errors exit 2."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import uuid
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from importlib import metadata
 from pathlib import Path
-from typing import Final, NoReturn
+from typing import Any, Final, NoReturn
 
-from app.cli import operator_commands as operator_cli
+from app import admin
+from app.cli.shutdown import EXIT_USAGE
+from app.models import JOB_STATES
+from app.queue.requests import BATCH_SIZE
 
-EXIT_USAGE: Final = 2
 DISTRIBUTION: Final = "manga-page-analysis"
 """The installed package's name (for `--version`)."""
 
@@ -57,6 +62,39 @@ def chapter_number(value: str) -> Decimal:
     return number
 
 
+def uuid_arg(what: str) -> Callable[[str], uuid.UUID]:
+    def parse(value: str) -> uuid.UUID:
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{value!r} is not a {what} id: give a UUID such as "
+                "0b6f4c4e-6a0e-4d55-9a39-2f6f6d3c1a7e"
+            ) from None
+
+    parse.__name__ = f"{what} id"
+    return parse
+
+
+def limit_arg(value: str) -> int:
+    try:
+        return admin.parse_limit(value)
+    except admin.BadRequest as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def days_arg(value: str) -> int:
+    try:
+        days = int(value)
+    except ValueError:
+        days = 0
+    if days < 1:
+        raise argparse.ArgumentTypeError(
+            f"--days must be a whole number of days, at least 1, not {value!r}"
+        )
+    return days
+
+
 def build_parser() -> UsageParser:
     parser = UsageParser(prog="python -m app", description=DESCRIPTION, epilog=EPILOG)
     parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {version()}")
@@ -99,9 +137,7 @@ def build_parser() -> UsageParser:
         "analyse it (a job already pending or running for the page is reused). Same as "
         "POST api/pages/<id>/analysis; `analyze --page` says more.",
     )
-    request.add_argument(
-        "page_id", type=operator_cli.uuid_arg("page"), metavar="PAGE_ID", help="the page's id"
-    )
+    request.add_argument("page_id", type=uuid_arg("page"), metavar="PAGE_ID", help="the page's id")
     request.add_argument(
         "--force", action="store_true", help="analyse again even if already analysed"
     )
@@ -149,5 +185,99 @@ def build_parser() -> UsageParser:
         default=300.0,
         help="give up after this many seconds (default 300)",
     )
-    operator_cli.add_commands(commands)
+    _add_operator_commands(commands)
     return parser
+
+
+def _add_operator_commands(commands: Any) -> None:
+    """Add `jobs ...` and `analyze` to the `add_subparsers()` object `commands`."""
+    jobs = commands.add_parser(
+        "jobs",
+        help="inspect and steer the job queue (stats, list, retry, reap, reclaim)",
+        description="Inspect and steer the job queue.",
+    )
+    sub = jobs.add_subparsers(dest="jobs_command", metavar="COMMAND", required=True)
+
+    stats = sub.add_parser(
+        "stats",
+        help="counts by kind and state, oldest pending age",
+        description="Job counts by kind and state, and how long the oldest due pending job "
+        "has waited. --json prints the body of GET api/stats.",
+    )
+    stats.add_argument("--json", action="store_true", help="print the admin API's JSON")
+
+    listing = sub.add_parser(
+        "list",
+        help="jobs newest first, with labels and last_error",
+        description="Jobs, most recently updated first. --json prints the body of GET api/jobs "
+        "(last_error in full; next_cursor continues the listing with --cursor).",
+    )
+    listing.add_argument("--state", choices=JOB_STATES, help="only jobs in this state")
+    listing.add_argument("--kind", help="only jobs of this kind, e.g. analyze_page")
+    listing.add_argument(
+        "--limit", type=limit_arg, default=admin.DEFAULT_LIMIT, help="how many, 1-500 (default 50)"
+    )
+    listing.add_argument("--cursor", help="continue after a listing's next_cursor")
+    listing.add_argument("--json", action="store_true", help="print the admin API's JSON")
+
+    retry = sub.add_parser(
+        "retry",
+        help="dead jobs back to pending, attempts reset",
+        description="Move dead jobs back to pending, attempts reset, due now. Give job ids, "
+        "or --all-dead (optionally with --kind). A dead job whose page already has a job "
+        "pending or running is left dead.",
+    )
+    retry.add_argument(
+        "job_ids", nargs="*", type=uuid_arg("job"), metavar="ID", help="ids of dead jobs"
+    )
+    retry.add_argument("--all-dead", action="store_true", help="retry every dead job")
+    retry.add_argument("--kind", help="with --all-dead: only dead jobs of this kind")
+    retry.set_defaults(retry_parser=retry)
+
+    reap = sub.add_parser(
+        "reap",
+        help="delete done jobs older than N days",
+        description="Delete done jobs last updated more than N days ago.",
+    )
+    reap.add_argument(
+        "--days",
+        type=days_arg,
+        help="retention in days, at least 1 (default: REAP_RETENTION_DAYS, 7)",
+    )
+
+    sub.add_parser(
+        "reclaim",
+        help="give back running jobs whose lease expired",
+        description="Running jobs whose lease has expired (their worker died) go back to "
+        "pending with the attempt refunded.",
+    )
+
+    analyze = commands.add_parser(
+        "analyze",
+        help="request analysis of a page, chapter, manga or every page missing one",
+        description="Request analysis (dedup respected: a page with a job already pending or "
+        "running gets no second one). Without --force, pages already analysed are skipped. "
+        "--missing takes every page without a done analysis, including those whose analysis "
+        f"failed, in batches of {BATCH_SIZE}; on a terminal it shows a progress bar.",
+    )
+    target = analyze.add_mutually_exclusive_group(required=True)
+    target.add_argument("--page", type=uuid_arg("page"), metavar="ID", help="this one page")
+    target.add_argument(
+        "--chapter", type=uuid_arg("chapter"), metavar="ID", help="every page of this chapter"
+    )
+    target.add_argument(
+        "--manga", type=uuid_arg("manga"), metavar="ID", help="every page of this manga"
+    )
+    target.add_argument("--missing", action="store_true", help="every page with no done analysis")
+    analyze.add_argument(
+        "--force", action="store_true", help="re-analyse pages even if already analysed"
+    )
+
+
+def check_usage(args: argparse.Namespace) -> None:
+    """Usage errors argparse cannot see; exits 2 with a message (before any database work)."""
+    if args.command == "jobs" and args.jobs_command == "retry":
+        if bool(args.job_ids) == bool(args.all_dead):
+            args.retry_parser.error("give job ids or --all-dead (not both)")
+        if args.kind is not None and not args.all_dead:
+            args.retry_parser.error("--kind only goes with --all-dead")

@@ -1,4 +1,4 @@
-"""Signals and process exit for the commands: the library installs no handler
+"""Signals, exit codes and process exit for the commands: the library installs no handler
 (a host web server owns its signals); the CLI does, on the main thread.
 
 - Long-running commands (`run-worker`, `demo`, Django's `run_worker`) stop
@@ -20,6 +20,9 @@ from contextlib import contextmanager, suppress
 from types import FrameType
 from typing import Final, NoReturn
 
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+"""Bad usage or configuration."""
 EXIT_INTERRUPTED: Final = 130
 """Exit code after an interrupting signal (128 + SIGINT, as shells report Ctrl-C)."""
 
