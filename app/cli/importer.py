@@ -40,6 +40,8 @@ class ImportedPage:
 
 @dataclass(frozen=True)
 class ImportResult:
+    """`import-pages --json` prints it as it is (`dataclasses.asdict`)."""
+
     manga_id: uuid.UUID
     chapter_id: uuid.UUID
     created_manga: bool
@@ -48,18 +50,6 @@ class ImportResult:
     @property
     def page_ids(self) -> list[uuid.UUID]:
         return [page.page_id for page in self.pages]
-
-
-class ChapterExists(ValueError):
-    """The manga with that title already has that chapter."""
-
-    def __init__(self, title: str, chapter: Decimal, manga_id: uuid.UUID) -> None:
-        super().__init__(
-            f"manga {title!r} ({manga_id}) already has chapter {chapter}: nothing imported. "
-            "Give another --chapter or --title, or --new-manga to import it as a new manga "
-            "with the same title"
-        )
-        self.manga_id = manga_id
 
 
 def import_folder(
@@ -74,9 +64,9 @@ def import_folder(
     """Import the images of `folder` (sorted by name) as pages 1..n of a new chapter.
 
     The chapter goes into the newest manga titled `title`, or a new one when
-    there is none or `new_manga` is set. Raises `ChapterExists` when that manga
-    already has chapter `chapter` (and `new_manga` is not set), `ValueError`
-    when the folder holds no images.
+    there is none or `new_manga` is set. Raises `ValueError` when that manga
+    already has chapter `chapter` (and `new_manga` is not set), or when the
+    folder holds no images.
     """
     images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not images:
@@ -89,7 +79,11 @@ def import_folder(
                 insert(Manga).values(title=title).returning(Manga.id)
             ).scalar_one()
         elif _has_chapter(conn, manga_id, chapter):
-            raise ChapterExists(title, chapter, manga_id)
+            raise ValueError(
+                f"manga {title!r} ({manga_id}) already has chapter {chapter}: nothing imported. "
+                "Give another --chapter or --title, or --new-manga to import it as a new manga "
+                "with the same title"
+            )
         chapter_id = conn.execute(
             insert(Chapter).values(manga_id=manga_id, number=chapter).returning(Chapter.id)
         ).scalar_one()

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -49,58 +50,52 @@ class WorkerMetrics:
 
     def __init__(self, registry: CollectorRegistry, *, kinds: Sequence[str] = ()) -> None:
         self.registry = registry
-        self.jobs_completed = Counter(
+        counter = partial(Counter, registry=registry)
+        gauge = partial(Gauge, registry=registry)
+        histogram = partial(Histogram, registry=registry)
+        self.jobs_completed = counter(
             "queue_jobs_completed",
             "Leased jobs that ended, by kind and outcome (done, failed, dead, released).",
             ["kind", "outcome"],
-            registry=registry,
         )
-        self.jobs = Gauge(
+        self.jobs = gauge(
             "queue_jobs",
             "Jobs in the queue by kind and state, sampled on a timer (not per scrape).",
             ["kind", "state"],
-            registry=registry,
         )
-        self.oldest_pending_age = Gauge(
+        self.oldest_pending_age = gauge(
             "queue_oldest_pending_age_seconds",
             "Age of the oldest pending job that is due (0 when none), sampled with queue_jobs.",
-            registry=registry,
         )
-        self.sampled_at = Gauge(
+        self.sampled_at = gauge(
             "queue_jobs_sampled_timestamp_seconds",
             "Unix time of the last successful queue sample; alert when it goes stale.",
-            registry=registry,
         )
-        self.job_duration = Histogram(
+        self.job_duration = histogram(
             "job_duration_seconds",
             "Time from lease to the end of a job that ran to an outcome (released ones excluded).",
             ["kind"],
             buckets=JOB_DURATION_BUCKETS,
-            registry=registry,
         )
-        self.heartbeats_lost = Counter(
+        self.heartbeats_lost = counter(
             "queue_heartbeats_lost",
             "Leases a heartbeat found gone mid-job (the job's result was discarded).",
             ["kind"],
-            registry=registry,
         )
-        self.vision_ready = Gauge(
+        self.vision_ready = gauge(
             "vision_ready",
             "1 while the vision server's readiness probe answers 2xx, else 0.",
-            registry=registry,
         )
-        self.vision_request_duration = Histogram(
+        self.vision_request_duration = histogram(
             "vision_request_duration_seconds",
             "One HTTP request to the vision server (each retry counts), whatever its outcome.",
             buckets=VISION_DURATION_BUCKETS,
-            registry=registry,
         )
-        self.vision_request_errors = Counter(
+        self.vision_request_errors = counter(
             "vision_request_errors",
             "Vision requests that failed, by HTTP status or by timeout, connection_error, "
             "bad_body, error.",
             ["status"],
-            registry=registry,
         )
         self._known_queue_series: set[tuple[str, str]] = set()
         for kind in kinds:
