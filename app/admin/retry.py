@@ -1,13 +1,11 @@
-"""Retrying dead jobs: one by one from the admin API, all at once from the CLI.
-
-Re-exported by `app.admin`; see there for the contract every admin function keeps
-(`conn` first, never commits, JSON-ready results).
-"""
+"""Retrying dead jobs: one by one from the admin API, all at once from the CLI
+(`app.admin` re-exports them and states the contract they keep)."""
 
 from __future__ import annotations
 
 import logging
 import uuid
+from contextlib import suppress
 from typing import Any, Final
 
 from sqlalchemy import select
@@ -76,20 +74,13 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
         if _constraint(exc) not in DEDUP_INDEXES:
             raise
         logger.info("a dead job's slot was taken during the batch retry; retrying one by one")
-        retried = _retry_dead_one_by_one(conn, kind)
+        retried = []
+        # One savepoint per job: a dedup clash skips that job, not the batch.
+        for job_id in dead_job_ids(conn, kind):
+            with suppress(Conflict):
+                if _retry_one(conn, job_id):
+                    retried.append(job_id)
     logger.info("retried %d dead job(s)%s", len(retried), f" of kind {kind}" if kind else "")
-    return retried
-
-
-def _retry_dead_one_by_one(conn: Conn, kind: str | None) -> list[uuid.UUID]:
-    retried: list[uuid.UUID] = []
-    # One savepoint per job: a dedup clash skips that job, not the batch.
-    for job_id in dead_job_ids(conn, kind):
-        try:
-            if _retry_one(conn, job_id):
-                retried.append(job_id)
-        except Conflict:
-            continue
     return retried
 
 
