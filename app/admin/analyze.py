@@ -1,11 +1,7 @@
 """Requesting analysis of many pages: a chapter, a manga, or every page that
-has no usable analysis yet (`python -m app analyze`).
-
-The pages are chosen through `app.repos.pages`, requested through
-`app.queue.request_analysis_many` (dedup, and the rule for forcing a job in
-flight, live there) and counted here. Every function takes `conn` first and
-never commits: the caller commits once per batch, so a long run keeps its
-transactions short and an interrupted run keeps what it enqueued.
+has no usable analysis yet (`python -m app analyze`). Dedup and the rule for
+forcing a job in flight live in `app.queue.request_analysis_many`; the caller
+commits once per batch.
 """
 
 from __future__ import annotations

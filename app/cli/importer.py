@@ -1,11 +1,4 @@
-"""Importing a folder of page images as a chapter: handy to try the worker.
-
-Images are copied into the storage root under `<manga id>/<chapter>/`, rows
-are created for the chapter and pages (and the manga, unless one with that
-title exists), and analysis is requested for each page, all in one
-transaction. Importing a chapter the manga already has is refused unless a
-new manga is asked for: two copies under one title could not be told apart.
-"""
+"""Importing a folder of page images as a chapter: handy to try the worker."""
 
 from __future__ import annotations
 
@@ -61,12 +54,14 @@ def import_folder(
     chapter: Decimal,
     new_manga: bool = False,
 ) -> ImportResult:
-    """Import the images of `folder` (sorted by name) as pages 1..n of a new chapter.
+    """Import the images of `folder` (sorted by name) as pages 1..n of a new chapter,
+    copied under `storage_root/<manga id>/<chapter>/`, and request their analysis, all
+    in one transaction.
 
     The chapter goes into the newest manga titled `title`, or a new one when
-    there is none or `new_manga` is set. Raises `ValueError` when that manga
-    already has chapter `chapter` (and `new_manga` is not set), or when the
-    folder holds no images.
+    there is none or `new_manga` is set. Raises `ValueError` when the folder
+    holds no images, or when that manga already has chapter `chapter` (and
+    `new_manga` is not set): two copies under one title could not be told apart.
     """
     images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not images:

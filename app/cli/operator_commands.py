@@ -1,10 +1,8 @@
 """The operator commands: `jobs stats|list|retry|reap|reclaim`, `analyze` and
 `request-analysis`.
 
-Entry points only: they call `app.admin`, `app.queue` and `app.repos.pages`,
-and turn the answer into a table (or, with `--json`, exactly the JSON body of
-the matching admin API route). Exit codes: 0 ok, 1 the command failed
-(unknown id, conflict), 2 bad usage.
+Each prints a table, or with `--json` exactly the JSON body of the matching admin
+API route. Exit codes: 0 ok, 1 the command failed (unknown id, conflict), 2 bad usage.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """Signals, exit codes and process exit for the commands: the library installs no handler
-(a host web server owns its signals); the CLI does, on the main thread.
-
-- Long-running commands (`run-worker`, `demo`, Django's `run_worker`) stop
-  gracefully on the first SIGINT, SIGTERM or SIGHUP: the runner releases its
-  in-flight jobs. A second signal exits at once (130).
-- Short commands turn SIGTERM and SIGHUP into what Ctrl-C does: the command
-  is interrupted, says so in one line, and exits 130 after its clean-up.
+(a host web server owns its signals); the CLI does, on the main thread. Long-running
+commands (`run-worker`, `demo`, Django's `run_worker`) stop with `GracefulStop`; short
+ones are interrupted (`interrupt_on_stop_signals`).
 """
 
 from __future__ import annotations
@@ -33,8 +29,8 @@ logger = logging.getLogger("app.cli")
 
 
 class GracefulStop:
-    """The first stop signal calls every registered `stop` (and any registered
-    later, at once); a second one exits the process at once with 130."""
+    """The first stop signal (SIGINT, SIGTERM or SIGHUP) calls every registered `stop`
+    (and any registered later, at once); a second one exits the process at once with 130."""
 
     def __init__(self, what_happens: str) -> None:
         self.what_happens = what_happens
@@ -76,7 +72,8 @@ class GracefulStop:
 
 def interrupt_on_stop_signals() -> None:
     """SIGTERM and SIGHUP raise `KeyboardInterrupt`, as SIGINT does: `finally` blocks
-    and atexit (which stops the embedded database) run, and the CLI says one line."""
+    and atexit (which stops the embedded database) run, and the CLI says one line and
+    exits 130."""
     if threading.current_thread() is threading.main_thread():
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.default_int_handler)
