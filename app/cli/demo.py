@@ -12,12 +12,11 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence, Set
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, Row, func, select
 
 from app.analysis.events import analysis_event_bus
 from app.analysis.ocr import OcrAnalyzer
@@ -44,17 +43,6 @@ SAMPLE_TITLE: Final = "Sample manga (make demo)"
 SAMPLE_CHAPTER: Final = Decimal(1)
 TEXT_COLUMN_CHARS: Final = 90
 """OCR text shown per page in the table."""
-
-
-@dataclass(frozen=True)
-class PageRow:
-    """One line of the final table."""
-
-    number: int
-    status: str
-    duration_ms: int | None
-    ocr_text: str | None
-    error: str | None
 
 
 def run_demo(
@@ -248,29 +236,27 @@ def _wait(
     return True
 
 
-def _results(engine: Engine, pages: dict[uuid.UUID, int]) -> list[PageRow]:
+def _results(engine: Engine, pages: dict[uuid.UUID, int]) -> list[Row[Any]]:
+    """One row per page, in page order: number, status ("not analysed" when there is no
+    analysis), duration_ms, ocr_text, error."""
     with engine.connect() as conn:
-        found = {
-            row.page_id: row
-            for row in conn.execute(
+        return list(
+            conn.execute(
                 select(
-                    PageAnalysis.page_id,
-                    PageAnalysis.status,
+                    Page.number,
+                    func.coalesce(PageAnalysis.status, "not analysed").label("status"),
                     PageAnalysis.duration_ms,
                     PageAnalysis.ocr_text,
                     PageAnalysis.error,
-                ).where(PageAnalysis.page_id.in_(list(pages)))
+                )
+                .outerjoin(PageAnalysis, PageAnalysis.page_id == Page.id)
+                .where(Page.id.in_(list(pages)))
+                .order_by(Page.number)
             )
-        }
-    return [
-        PageRow(number, *found[page_id][1:])
-        if page_id in found
-        else PageRow(number, "not analysed", None, None, None)
-        for page_id, number in pages.items()
-    ]
+        )
 
 
-def _table(rows: Sequence[PageRow], earlier: Set[int] = frozenset()) -> list[str]:
+def _table(rows: Sequence[Row[Any]], earlier: Set[int] = frozenset()) -> list[str]:
     """The results table; pages in `earlier` (by number) show an earlier run's analysis."""
     lines = [f"{'page':>4}  {'status':<12}  {'duration':>8}  OCR text (one bubble per ' / ')"]
     for row in rows:
