@@ -222,14 +222,7 @@ def demo_command(settings: Settings, timeout: float) -> int:
             return EXIT_INTERRUPTED
         engine = make_engine(url, pool_size=settings.analysis_workers * 2 + 2)
         try:
-            return run_demo(
-                settings,
-                engine,
-                database_label=_safe_url(url),
-                timeout=timeout,
-                out=sys.stdout,
-                graceful=graceful,
-            )
+            return run_demo(settings, engine, _safe_url(url), timeout, graceful)
         except (ServiceError, OSError, ValueError) as exc:
             logger.error("demo failed: %s", exc)
             return EXIT_FAILED

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Sequence, Set
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final
 
 from sqlalchemy import Connection, Engine, Row, func, select
 
@@ -46,13 +46,7 @@ TEXT_COLUMN_CHARS: Final = 90
 
 
 def run_demo(
-    settings: Settings,
-    engine: Engine,
-    *,
-    database_label: str,
-    timeout: float,
-    out: TextIO,
-    graceful: GracefulStop,
+    settings: Settings, engine: Engine, database_label: str, timeout: float, graceful: GracefulStop
 ) -> int:
     """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages
     are done, 130 when `graceful` was asked to stop (the jobs in flight are given back).
@@ -61,7 +55,7 @@ def run_demo(
     """
 
     def say(line: str = "") -> None:
-        print(line, file=out, flush=True)
+        print(line, flush=True)
 
     pages, reused = _prepare_pages(engine, settings.storage_root, SAMPLE_FOLDER)
     say(
