@@ -22,6 +22,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from app.config import Settings
 from app.errors import ServiceError
 from app.queue.stats import queue_stats
+from app.worker.dbsession import short_error
 from app.worker.observer import OUTCOMES
 
 logger = logging.getLogger(__name__)
@@ -174,12 +175,10 @@ class QueueSampler:
                 stats = queue_stats(conn)
         except SQLAlchemyError as exc:
             if not self._failing:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                 logger.warning(
-                    "could not sample queue depth for metrics (%s: %s); keeping the last "
+                    "could not sample queue depth for metrics (%s); keeping the last "
                     "values, retrying every %.0f s",
-                    type(exc).__name__,
-                    first,
+                    short_error(exc),
                     self.interval,
                 )
             self._failing = True
