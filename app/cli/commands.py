@@ -248,7 +248,7 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
 def _run_worker(settings: Settings, migrate_first: bool | None, graceful: GracefulStop) -> int:
     from app.analysis.wiring import analysis_runner
     from app.migrations import revisions, upgrade_head
-    from app.observability.metrics import serving_metrics, worker_metrics
+    from app.observability.metrics import serving_metrics
     from app.queue import KIND_ANALYZE_PAGE
 
     if migrate_first is None:
@@ -272,9 +272,8 @@ def _run_worker(settings: Settings, migrate_first: bool | None, graceful: Gracef
             logger.info("run-worker stopped before it started")
             return 0
 
-        metrics = worker_metrics(settings, kinds=[KIND_ANALYZE_PAGE])
         with (
-            serving_metrics(settings, engine, metrics),
+            serving_metrics(settings, engine, kinds=[KIND_ANALYZE_PAGE]) as metrics,
             analysis_runner(
                 settings, engine=engine, observer=metrics, vision_observer=metrics
             ) as runner,

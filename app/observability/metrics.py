@@ -234,24 +234,18 @@ def serve_metrics(
         thread.join(5.0)
 
 
-def worker_metrics(settings: Settings, *, kinds: Sequence[str]) -> WorkerMetrics | None:
-    """A worker's metrics on a new registry, its per-kind series created for
-    `kinds` (the job kinds its runner handles); `None` when `METRICS_PORT`
-    is unset (then nothing is counted at all)."""
-    if settings.metrics_port is None:
-        return None
-    return WorkerMetrics(CollectorRegistry(), kinds=kinds)
-
-
 @contextmanager
 def serving_metrics(
-    settings: Settings, engine: Engine, metrics: WorkerMetrics | None
-) -> Iterator[None]:
-    """`serve_metrics` configured from `METRICS_*` for the block (nothing when `metrics`
-    is `None`)."""
-    if metrics is None or settings.metrics_port is None:
-        yield
+    settings: Settings, engine: Engine, *, kinds: Sequence[str]
+) -> Iterator[WorkerMetrics | None]:
+    """A worker's metrics, its per-kind series created for `kinds` (the job kinds its
+    runner handles), served as `METRICS_*` say for the block; `None` when `METRICS_PORT`
+    is unset (then nothing is counted at all). `MetricsServerError` when the port cannot
+    be bound."""
+    if settings.metrics_port is None:
+        yield None
         return
+    metrics = WorkerMetrics(CollectorRegistry(), kinds=kinds)
     with serve_metrics(
         engine,
         metrics,
@@ -259,4 +253,4 @@ def serving_metrics(
         port=settings.metrics_port,
         sample_seconds=settings.metrics_sample_seconds,
     ):
-        yield
+        yield metrics
