@@ -57,7 +57,7 @@ def run_demo(
     def say(line: str = "") -> None:
         print(line, flush=True)
 
-    pages, reused = _prepare_pages(engine, settings.storage_root, SAMPLE_FOLDER)
+    pages, reused = _prepare_pages(engine, settings.storage_root)
     say(
         f"{'Reusing' if reused else 'Imported'} {SAMPLE_TITLE!r}: {len(pages)} page(s) from "
         f"{SAMPLE_FOLDER}; analysis requested{' again (force)' if reused else ''}."
@@ -174,11 +174,9 @@ def _backend_line(settings: Settings, ocr: OcrAnalyzer | None) -> str:
     return f"Analyzer: vision model server {settings.vision_url} (model {settings.vision_model})"
 
 
-def _prepare_pages(
-    engine: Engine, storage_root: Path, folder: Path
-) -> tuple[dict[uuid.UUID, int], bool]:
+def _prepare_pages(engine: Engine, storage_root: Path) -> tuple[dict[uuid.UUID, int], bool]:
     """The demo's pages (id -> number, in page order), and whether they were reused."""
-    images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    images = sorted(p for p in SAMPLE_FOLDER.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     with engine.begin() as conn:
         existing = _existing_pages(conn)
         if existing is not None and len(existing) == len(images):
@@ -194,7 +192,7 @@ def _prepare_pages(
     result = import_folder(
         engine,
         storage_root,
-        folder,
+        SAMPLE_FOLDER,
         title=SAMPLE_TITLE,
         chapter=SAMPLE_CHAPTER,
         new_manga=existing is not None,
