@@ -171,15 +171,14 @@ def import_pages_command(settings: Settings, args: argparse.Namespace) -> int:
     """Import `args.folder` as a chapter; print what was created (ids people look for)."""
     from app.cli.importer import import_folder
 
-    title, chapter = args.title, args.chapter
     engine = make_engine(database_url(settings))
     try:
         result = import_folder(
             engine,
             settings.storage_root,
             args.folder,
-            title=title,
-            chapter=chapter,
+            title=args.title,
+            chapter=args.chapter,
             new_manga=args.new_manga,
         )
     except (OSError, ValueError) as exc:
@@ -192,8 +191,8 @@ def import_pages_command(settings: Settings, args: argparse.Namespace) -> int:
         return 0
     manga = "new manga" if result.created_manga else "existing manga"
     print(
-        f"imported {len(result.pages)} page(s) of {title!r} chapter {chapter} into {manga} "
-        f"{result.manga_id} (chapter {result.chapter_id}); analysis requested"
+        f"imported {len(result.pages)} page(s) of {args.title!r} chapter {args.chapter} "
+        f"into {manga} {result.manga_id} (chapter {result.chapter_id}); analysis requested"
     )
     for page in result.pages:
         print(f"  page {page.number:>3}  {page.page_id}  {page.file}")
