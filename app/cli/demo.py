@@ -72,12 +72,11 @@ def run_demo(
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
             graceful.on_stop(runner.stop)
             runner.start()
+            deadline = time.monotonic() + timeout
             try:
-                drained = _wait(
-                    lambda: progress.finished(engine),
-                    timeout=timeout,
-                    stopping=runner.wait_stopping,
-                )
+                while not (drained := progress.finished(engine)):
+                    if time.monotonic() > deadline or runner.wait_stopping(0.25):
+                        break
             finally:
                 runner.stop()
                 runner.join(settings.shutdown_grace_seconds)
@@ -216,16 +215,6 @@ def _existing_pages(conn: Connection) -> list[tuple[uuid.UUID, int, str]] | None
         .order_by(Page.number)
     ).all()
     return [(row.id, row.number, row.storage_key) for row in rows]
-
-
-def _wait(
-    predicate: Callable[[], bool], *, timeout: float, stopping: Callable[[float], bool]
-) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline or stopping(0.25):
-            return False
-    return True
 
 
 def _results(engine: Engine, pages: dict[uuid.UUID, int]) -> list[Row[Any]]:
