@@ -1,19 +1,13 @@
 """Batched completion: finished jobs are acked, and their results written, together.
 
-Pool threads hand each finished job (with its result) to the acker and go
-straight on to their next job: the completion write overlaps other jobs'
-work. The acker gathers jobs for up to `linger` seconds (or `max_batch`
-jobs) and writes them in ONE fenced transaction on its own connection:
-`ack_done_many` first (fenced per row, so a stale lease in the batch changes
-only its own row, which is left alone), then `save` only for the jobs whose
-ack changed their row. A batch of handlers that write nothing is a single
-autocommit statement. Then it reports each job (log, observer, event)
-through `Outcomes`, after the fact is committed.
-
-If a `save` raises, the batch is rolled back whole and its jobs are written
-one transaction each, so that only the job at fault fails its attempt.
-Through a database outage the batch is kept and retried with backoff; a
-lease that expires meanwhile makes its ack a no-op and the job runs again.
+The acker gathers finished jobs for up to `linger` seconds (or `max_batch`
+jobs) and writes them in ONE transaction on its own connection: the fenced
+`ack_done_many` first (a stale lease changes only its own row), then `save`
+only for the jobs whose ack changed their row; a batch that saves nothing is
+one autocommit statement. If a `save` raises, the batch is rolled back and
+written one job per transaction, so only the job at fault fails its attempt.
+Through an outage the batch is kept and retried with backoff. Each job is
+reported (`Outcomes`) after its batch committed.
 """
 
 from __future__ import annotations
@@ -176,6 +170,3 @@ def _ack_and_save(conn: Connection, batch: list[Finished]) -> set[uuid.UUID]:
             assert job.ctx is not None
             job.handler.save(conn, job.item, result, job.ctx)
     return acked
-
-
-__all__ = ["Acker"]

@@ -1,10 +1,8 @@
 """Start-up reclaim, with crash-loop protection.
 
-`reclaim_expired` (app.queue) gives back the jobs of workers that died and
-dead-letters those reclaimed `RECLAIM_LIMIT` times in a row. The queue knows
-no job kind, so the failure a handler would record after a last attempt
-(`save_failure`: for page analysis a `failed` page_analysis row) is written
-here, in the same transaction, for the kinds this runner handles.
+`reclaim_expired` (app.queue) dead-letters a job reclaimed `RECLAIM_LIMIT`
+times in a row. The queue knows no job kind, so the handler's `save_failure`
+for such a job is written here, in the same transaction.
 """
 
 from __future__ import annotations
@@ -13,45 +11,46 @@ import logging
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
-from app.queue import Lease, Reclaim, reclaim_expired
+from app.queue import Lease, reclaim_expired
+from app.worker.dbsession import short_error
 from app.worker.handler import JobContext, JobHandler
+from app.worker.outcomes import Outcomes
 
 logger = logging.getLogger(__name__)
 
 AnyHandler = JobHandler[Any, Any]
 
 
-@dataclass(frozen=True)
-class CrashLoop:
-    """A job dead-lettered as a crash loop; `breadcrumb` is `None` when its
-    handler is not this runner's, had nothing to record, or failed to."""
-
-    lease: Lease
-    error: str
-    breadcrumb: Mapping[str, Any] | None
-
-
-def reclaim_at_start(engine: Engine, handlers: Mapping[str, AnyHandler]) -> list[CrashLoop]:
-    """Reclaim expired leases in one transaction and record the crash loops'
-    failures through their handlers. Raises `SQLAlchemyError` if the database
-    cannot be reached (nothing is then changed)."""
-    with engine.begin() as conn:
-        reclaim = reclaim_expired(conn)
-        return [
-            CrashLoop(lease, reclaim.error, _save_failure(conn, handlers, lease, reclaim))
-            for lease in reclaim.dead_lettered
-        ]
+def reclaim_at_start(
+    engine: Engine, handlers: Mapping[str, AnyHandler], outcomes: Outcomes
+) -> None:
+    """Reclaim expired leases in one transaction, with the crash loops' failures
+    recorded by their handlers; then report those like a last attempt. If the
+    database cannot be reached, that is logged and nothing is changed."""
+    try:
+        with engine.begin() as conn:
+            reclaim = reclaim_expired(conn)
+            breadcrumbs = [
+                _save_failure(conn, handlers.get(lease.payload.kind), lease, reclaim.error)
+                for lease in reclaim.dead_lettered
+            ]
+    except SQLAlchemyError as exc:
+        logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
+        return
+    for lease, breadcrumb in zip(reclaim.dead_lettered, breadcrumbs, strict=True):
+        outcomes.crash_loop(lease, breadcrumb, reclaim.error)
 
 
 def _save_failure(
-    conn: Connection, handlers: Mapping[str, AnyHandler], lease: Lease, reclaim: Reclaim
+    conn: Connection, handler: AnyHandler | None, lease: Lease, error: str
 ) -> Mapping[str, Any] | None:
-    handler = handlers.get(lease.payload.kind)
+    """The job's breadcrumb, or `None` when its handler is not this runner's,
+    had nothing to record, or failed to."""
     if handler is None:
         return None  # another runner's kind: the dead row is the whole record
     label = f"job {lease.id}"
@@ -63,7 +62,7 @@ def _save_failure(
                 return None
             now = time.monotonic()
             handler.save_failure(
-                conn, item, reclaim.error, JobContext(lease, now, threading.Event(), now, label)
+                conn, item, error, JobContext(lease, now, threading.Event(), now, label)
             )
         return handler.breadcrumb(item)
     except Exception:

@@ -1,18 +1,10 @@
 """The heartbeat: one thread per runner that keeps its leases alive and
 enforces deadlines and shutdown.
 
-Every `interval` seconds it renews ALL in-flight leases in one statement
-(`renew_many`, fenced per row). A lease found lost abandons exactly its own
-job: its cancel event is set, its result will never be written. A job past
-its deadline is abandoned and failed with the handler's timeout message. On
-shutdown, every job not yet finishing is abandoned and released in one
-statement (attempt refunded, `cancelled` published), without waiting for
-any dispatch.
-
-An abandoned job's pool thread may stay stuck in `execute` (a network call
-that ignores the cancel event): the runner then starts a replacement pool
-thread, so the pool keeps its size and the slot accounting stays honest;
-the stuck thread ends when its call returns and writes nothing.
+Every `interval` (a third of the lease) it renews ALL in-flight leases in one
+statement, fenced per row: a lease found lost abandons exactly its own job
+(its cancel event is set, its result is never written). A job past its
+deadline is abandoned and failed with the handler's timeout message.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """How a job's run ends: the fenced writes of failures, and what is said about every end.
 
-A failure gets one fenced transaction: the fenced `ack_failed`/`ack_dead`
-goes first and the handler's `save_failure` runs only when it changed the
-row, so a late or fenced-off failure never lands. Completions are written in
-batches by the acker; releases on shutdown by the heartbeat: each is reported
-here job by job once its batch committed. Events and observer calls always
-follow the commit of the fact they report, and a job leaves the registry of
-in-flight jobs here, once its outcome is known.
+A failure is one transaction: the fenced `ack_failed`/`ack_dead` first, then
+`save_failure` only when that changed the row, so a late or fenced-off failure
+never lands. Log lines, observer calls and events follow the commit of the
+fact they report; a job leaves the registry of in-flight jobs here.
 """
 
 from __future__ import annotations
@@ -160,9 +157,7 @@ class Outcomes:
                     duration_ms,
                     extra={"duration_ms": duration_ms},
                 )
-                self.publish(
-                    "completed", job, attempt=job.lease.attempts, duration_ms=duration_ms
-                )
+                self.publish("completed", job, attempt=job.lease.attempts, duration_ms=duration_ms)
         except Exception:
             logger.exception("could not report the ack of job %s", job.lease.id)
         finally:
@@ -172,9 +167,7 @@ class Outcomes:
         """Given back on shutdown (`released`), or found already gone."""
         with job_log_context(**job.log_fields):
             if not released:
-                logger.warning(
-                    "%s: lease already gone at shutdown; nothing released", job.label
-                )
+                logger.warning("%s: lease already gone at shutdown; nothing released", job.label)
                 return
             logger.info("%s released on shutdown (attempt refunded)", job.label)
             self.observe(job, "released")
@@ -263,14 +256,12 @@ class Outcomes:
 
     def with_db_retry(self, write: Callable[[], T]) -> T:
         """Retry a short transaction through a dropped connection or a restart."""
-        for attempt in Retrying(
+        retrying = Retrying(
             retry=retry_if_exception(is_transient_db_error),
             stop=stop_after_attempt(4),
             wait=wait_exponential(multiplier=0.25, max=2.0),
             sleep=self._sleep,
             reraise=True,
             before_sleep=self._report_outage,
-        ):
-            with attempt:
-                return write()
-        raise AssertionError("unreachable")  # pragma: no cover
+        )
+        return retrying(write)

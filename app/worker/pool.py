@@ -1,16 +1,10 @@
 """The fixed pool: `workers` threads, each running one job's `execute` at a time.
 
-A pool thread takes a leased job and asks the readiness gate, if any (a
-ready answer is reused for a second): when it has closed since the lease,
-the job is given back unrun. Otherwise it runs `execute` with no transaction
-open and hands the finished job to the acker (which writes the result and
-the ack in a batch) or, when it failed, writes the failure itself. It then
-takes its next job at once: the completion write overlaps the next job.
-
-Threads cannot be killed. When the heartbeat gives up a job whose `execute`
-is still running (deadline, lost lease, shutdown), `abandoned` starts a
-replacement thread in its slot so the pool keeps its size; the stuck thread
-ends when its call returns, and writes nothing.
+A pool thread runs `execute` with no transaction open, hands a finished job to
+the acker (a failure it writes itself) and takes its next job at once.
+Threads cannot be killed: when the heartbeat gives up a job still in
+`execute`, `abandoned` starts a replacement thread in its slot; the stuck
+thread ends when its call returns, and writes nothing.
 """
 
 from __future__ import annotations
@@ -77,13 +71,10 @@ class WorkerPool:
     def join(self, timeout: float) -> bool:
         """Waits for every thread but those stuck in an abandoned dispatch."""
         deadline = time.monotonic() + timeout
-        live = self._live()
+        live = [thread for thread in self._threads if thread not in self._stuck]
         for thread in live:
             thread.join(max(0.0, deadline - time.monotonic()))
         return not any(thread.is_alive() for thread in live)
-
-    def _live(self) -> list[threading.Thread]:
-        return [thread for thread in self._threads if thread not in self._stuck]
 
     # --- jobs ----------------------------------------------------------------
 

@@ -1,28 +1,7 @@
 """The worker runner: leases jobs in batches and runs their handlers on a fixed pool.
 
-Generic over job kinds: it takes a handler per kind and owns leasing,
-heartbeats, deadlines, fenced completion, events and shutdown for all of them.
-
-Its background pieces are services with one interface (start / stop / join),
-started in this order and stopped in the reverse one:
-
-1. the wake-up listener (`listen=True`): one LISTEN connection; it wakes the
-   lease loop when jobs of its kinds are committed;
-2. the acker: writes finished jobs in batches, their results and acks in one
-   fenced transaction, then reports them;
-3. the pool: `workers` threads, each runs `execute` for one job at a time and
-   hands the finished job to the acker (a failure it writes itself);
-4. the heartbeat: renews every in-flight lease in one statement per beat,
-   gives up a job whose lease was lost or whose deadline passed; stopping it
-   releases every job still in flight in one statement;
-5. the lease loop: waits for the readiness gate and for free slots, leases up
-   to that many jobs in ONE statement and runs `load` for the batch in the same
-   transaction, then hands the jobs to the pool.
-
-So shutdown goes: nothing more is leased; in-flight jobs are released at once
-(attempt refunded, `cancelled` published) without waiting for their dispatch;
-jobs already writing their outcome finish; the acker writes what it holds;
-the listener closes. None of these threads is started per job.
+It knows no job kind. Its services start in the order of `Runner._services`
+and stop in the reverse order (docs/worker.md, "Lifecycle and shutdown").
 """
 
 from __future__ import annotations
@@ -35,20 +14,14 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
 from app.worker.acker import Acker
 from app.worker.crashloop import reclaim_at_start
-from app.worker.dbsession import (
-    DatabaseUnavailable,
-    is_transient_db_error,
-    runner_outage,
-    short_error,
-)
+from app.worker.dbsession import runner_outage
 from app.worker.events import EventBus
 from app.worker.handler import JobHandler
 from app.worker.heartbeat import Heartbeat
-from app.worker.inflight import InFlight, InFlightJobs, JobState
+from app.worker.inflight import InFlightJobs
 from app.worker.leasing import LeaseLoop
 from app.worker.observer import RunnerObserver
 from app.worker.outcomes import Outcomes
@@ -73,27 +46,9 @@ class Runner:
     once (attempt refunded, `cancelled` published) without waiting for their
     dispatch; `join()` waits a bounded time for the shutdown to end.
 
-    Keywords beyond DESIGN's:
-
-    - `lease_duration`: the lease window, renewed every third of it;
-    - `job_timeout`: seconds one `execute` may take before the attempt fails;
-    - `idle_poll`: seconds between lease attempts while the queue is empty
-      (the fallback when a wake-up is missed or `listen` is off);
-    - `listen`: keep one LISTEN connection for instant pickup (turn off
-      behind PgBouncer in transaction mode, or give `listen_url`);
-    - `listen_url`: the direct connection that LISTEN uses (default: the
-      engine's URL), for an engine that goes through PgBouncer;
-    - `prefetch`: jobs leased beyond the free pool threads, waiting in the
-      runner (their leases renewed) so that tiny jobs are leased in large
-      batches. `None` (the default) adapts it: as many jobs as the pool
-      finishes during one lease round trip, rounded up (at most
-      `PREFETCH_MAX`), which is 1 for jobs that take more than a few
-      milliseconds: a freed thread finds its next job already leased;
-    - `ack_linger`, `ack_max_batch`: how long the acker gathers finished
-      jobs, and how many at most per transaction;
-    - `readiness`: a gate that must be open for leasing; `events`: where
-      started/completed/failed/cancelled go; `observer`: metrics hooks;
-      `reap_retention_days`: delete old done jobs hourly; `name`: thread names.
+    The keywords are documented in docs/worker.md ("Keywords"); besides them,
+    `listen_url` is the direct connection LISTEN uses (default: the engine's
+    URL), for an engine that goes through PgBouncer in transaction mode.
     """
 
     def __init__(
@@ -122,11 +77,7 @@ class Runner:
             raise ValueError("workers must be at least 1 and prefetch at least 0")
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
-        self.workers = workers
         self.lease_duration = lease_duration
-        self.job_timeout = job_timeout
-        self.idle_poll = idle_poll
-        self.listen = listen
         self._readiness = readiness
         self._name = name
         self._stopping = threading.Event()
@@ -145,7 +96,7 @@ class Runner:
             self._outcomes,
             outage,
             lease_duration=lease_duration,
-            on_abandoned=self._abandoned,
+            on_abandoned=lambda job, was: self._pool.abandoned(job, was),
             reap_retention_days=reap_retention_days,
             name=name,
         )
@@ -197,7 +148,7 @@ class Runner:
         with self._lifecycle:
             if self._shutdown is not None:
                 return
-            self._reclaim_at_start()
+            reclaim_at_start(self._engine, self._handlers, self._outcomes)
             for service in self._services:
                 service.start()
 
@@ -253,10 +204,6 @@ class Runner:
             logger.warning("runner services still running after %.0f s: %s", timeout, alive)
         return all(ended)
 
-    def slots(self) -> int:
-        """How many jobs the runner holds at most: the pool, plus the prefetch."""
-        return self._lease_loop.slots()
-
     @property
     def lease_rounds(self) -> int:
         """Lease statements run so far (tests synchronise on it)."""
@@ -282,20 +229,3 @@ class Runner:
     @property
     def acker(self) -> Acker:
         return self._acker
-
-    def _abandoned(self, job: InFlight, was: JobState) -> None:
-        self._pool.abandoned(job, was)
-
-    def _reclaim_at_start(self) -> None:
-        """Take back the jobs of workers that died; crash loops dead-lettered here
-        get their failure recorded by their handler and reported like a last attempt."""
-        try:
-            crash_loops = reclaim_at_start(self._engine, self._handlers)
-        except SQLAlchemyError as exc:
-            logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
-            return
-        for loop in crash_loops:
-            self._outcomes.crash_loop(loop.lease, loop.breadcrumb, loop.error)
-
-
-__all__ = ["DatabaseUnavailable", "Runner", "is_transient_db_error"]

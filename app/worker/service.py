@@ -1,10 +1,8 @@
 """The runner's background pieces share one interface: start, stop, join.
 
-`Runner.start()` starts its services in order, and shutdown stops and joins
-them in the reverse order (see `Runner`). A `ThreadService` runs its `run()`
-on one named daemon thread; if `run()` dies of an unexpected error it is
-logged and run again (after a short pause), so a bug in one beat or one
-lease round does not take the worker down.
+A `ThreadService` runs its `run()` on one named daemon thread; if `run()` dies
+of an unexpected error, that is logged and it runs again after a short pause,
+so a bug in one beat or one lease round does not take the worker down.
 """
 
 from __future__ import annotations
@@ -29,8 +27,7 @@ class Service(Protocol):
         ...
 
     def join(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds for it to end; `True` once it has
-        (or when it was never started)."""
+        """Wait up to `timeout` seconds; `True` once it has ended (or never started)."""
         ...
 
 
