@@ -1,12 +1,9 @@
-"""Dedicated database connections for the runner's own threads, and outages.
+"""Dedicated database connections for the runner's own threads.
 
 The lease loop, the heartbeat and the acker each hold one connection for
 their whole life instead of checking one out (with a pre-ping) per job. A
-connection that drops under a thread (a restarted server, a terminated
-backend) is replaced at once, once; only when a fresh connection cannot be
-made either is the database down. Then the thread backs off (capped), and
-the runner logs the outage once when it starts and once when it ends, not
-per retry and not per thread (`DatabaseOutage`).
+connection that drops under a thread is replaced at once, once; only when a
+fresh connection cannot be made either is the database down (`DatabaseOutage`).
 """
 
 from __future__ import annotations
@@ -101,7 +98,8 @@ class DbSession:
         self._autocommit = autocommit
         self._conn: Connection | None = None
         self._failures = 0
-        self._delay = 0.0
+        self.delay = 0.0
+        """The wait `backoff()` would make now (0 unless the last attempt failed)."""
 
     def run(self, work: Callable[[Connection], T], *, atomic: bool = False) -> T:
         retried = False
@@ -122,21 +120,16 @@ class DbSession:
                     retried = True  # the connection dropped under us: a fresh one, at once
                     continue
                 self._failures += 1
-                self._delay = self._outage.failed(short_error(exc), self._failures)
+                self.delay = self._outage.failed(short_error(exc), self._failures)
                 raise DatabaseUnavailable(short_error(exc)) from exc
             self._failures = 0
-            self._delay = 0.0
+            self.delay = 0.0
             self._outage.recovered()
             return result
 
-    @property
-    def delay(self) -> float:
-        """The wait `backoff()` would make now (0 unless the last attempt failed)."""
-        return self._delay
-
     def backoff(self) -> None:
         """Wait before the next attempt (doubling per failure in a row, capped)."""
-        self._stopping.wait(self._delay)
+        self._stopping.wait(self.delay)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

@@ -32,12 +32,6 @@ class JobContext:
         return int((time.monotonic() - self.started_at) * 1000)
 
 
-def handler_log_fields(handler: Any, item: Any) -> Mapping[str, Any]:
-    """`handler.log_fields(item)`, or no fields for a handler that has no such method."""
-    log_fields = getattr(handler, "log_fields", None)
-    return {} if log_fields is None else log_fields(item)
-
-
 class JobHandler(Protocol[ItemT, ResultT]):
     """One job kind's work. The runner owns leasing, heartbeats, deadlines,
     fencing, events and shutdown; a handler only says what to do.
@@ -74,7 +68,7 @@ class JobHandler(Protocol[ItemT, ResultT]):
     def log_fields(self, item: ItemT) -> Mapping[str, Any]:
         """Fields added to every log line about the job (beside `job_id`, `kind`
         and `attempt`), e.g. the id of its subject. Optional: a handler without
-        this method adds none (`handler_log_fields`)."""
+        this method adds none."""
         return {}
 
     def execute(self, item: ItemT, ctx: JobContext) -> ResultT:

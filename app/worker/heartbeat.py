@@ -62,7 +62,6 @@ class Heartbeat(ThreadService):
         self._on_abandoned = on_abandoned
         self._reap_retention_days = reap_retention_days
         self._last_reap = float("-inf")
-        self._wake = threading.Event()
         self.wake_at = float("inf")
         """When the thread plans to wake next (`time.monotonic()`)."""
 
@@ -70,9 +69,6 @@ class Heartbeat(ThreadService):
         """A job started with this deadline: wake early enough to enforce it."""
         if deadline < self.wake_at:
             self._wake.set()
-
-    def _request_stop(self) -> None:
-        self._wake.set()
 
     def run(self) -> None:
         # Never cut short: the release on shutdown gets the session's one retry.

@@ -1,17 +1,12 @@
 """The runner's in-flight jobs: who owns each one, and the slot count.
 
-A job moves `QUEUED` (leased, waiting for a pool thread) -> `EXECUTING`
-(a pool thread runs `execute`) -> `FINISHING` (its outcome is being written).
-The heartbeat may instead move a queued or executing job to `ABANDONED`
-(shutdown, deadline, lease lost). Every move is a compare-and-set under one
-lock, so exactly one of the pool thread and the heartbeat acts on a job:
-a result that arrives after its job was abandoned is never written.
-
-What a job is about (its label, breadcrumb and log fields) is worked out
-once, by `new_job`, when it is leased. After that only `InFlightJobs`
-writes to an `InFlight` (its state, and its context once it executes).
-
-A slot is held from the lease until the job is finishing or abandoned.
+A job moves `QUEUED` (leased) -> `EXECUTING` (a pool thread runs `execute`)
+-> `FINISHING` (its outcome is being written), or the heartbeat moves a queued
+or executing job to `ABANDONED` (shutdown, deadline, lease lost). Every move
+is a compare-and-set under one lock, so exactly one of the pool thread and the
+heartbeat acts on a job: a result that arrives after its job was abandoned is
+never written. A slot is held from the lease until the job is finishing or
+abandoned.
 """
 
 from __future__ import annotations
@@ -26,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.queue import Lease
-from app.worker.handler import JobContext, JobHandler, handler_log_fields
+from app.worker.handler import JobContext, JobHandler
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +104,9 @@ def new_job(
         try:
             label = f"{label} ({handler.describe(item)})"
             breadcrumb = handler.breadcrumb(item)
-            fields.update(handler_log_fields(handler, item))
+            log_fields = getattr(handler, "log_fields", None)  # optional (JobHandler)
+            if log_fields is not None:
+                fields.update(log_fields(item))
         except Exception:
             logger.exception("%s: no breadcrumb; events suppressed for this job", label)
             breadcrumb = None
@@ -136,7 +133,7 @@ class InFlightJobs:
         self._lock = threading.Lock()
         self._jobs: dict[uuid.UUID, InFlight] = {}
         self._holding = 0
-        self._slot_freed: Callable[[], None] = _nothing
+        self._slot_freed: Callable[[], None] = lambda: None
         self.job_seconds: float | None = None
 
     def on_slot_freed(self, callback: Callable[[], None]) -> None:
@@ -220,7 +217,3 @@ class InFlightJobs:
 
     def __len__(self) -> int:
         return len(self._jobs)
-
-
-def _nothing() -> None:
-    return None

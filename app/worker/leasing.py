@@ -8,10 +8,10 @@ woken: by the wake-up listener, a freed slot, or `idle_poll` (the fallback).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
-import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
@@ -76,7 +76,6 @@ class LeaseLoop(ThreadService):
         self.lease_duration = lease_duration
         self.idle_poll = idle_poll
         self._readiness = readiness
-        self._wake = threading.Event()
         self._want_slot = False
         self._isolate_loads_until = 0.0
         self._round_seconds = 0.002  # moving average of a lease round trip
@@ -86,9 +85,6 @@ class LeaseLoop(ThreadService):
 
     def wake(self) -> None:
         """Lease now (new jobs were committed)."""
-        self._wake.set()
-
-    def _request_stop(self) -> None:
         self._wake.set()
 
     def _slot_freed(self) -> None:
@@ -162,12 +158,10 @@ class LeaseLoop(ThreadService):
         fails alone."""
         isolated = time.monotonic() < self._isolate_loads_until
         leases = lease_kinds(conn, kinds, limit, self.lease_duration)
-        if isolated:
-            return [self._load(conn, lease, isolated=True) for lease in leases]
         try:
-            return [self._load(conn, lease, isolated=False) for lease in leases]
+            return [self._load(conn, lease, isolated=isolated) for lease in leases]
         except DBAPIError as exc:
-            if is_transient_db_error(exc):
+            if isolated or is_transient_db_error(exc):
                 raise
             self._isolate_loads_until = time.monotonic() + ISOLATE_LOADS_SECONDS
             raise _LoadsAborted from exc
@@ -175,20 +169,14 @@ class LeaseLoop(ThreadService):
     def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
         handler = self._handlers[lease.payload.kind]
         try:
-            if isolated:
-                with conn.begin_nested():
-                    item = handler.load(conn, lease)
-            else:
+            with conn.begin_nested() if isolated else contextlib.nullcontext():
                 item = handler.load(conn, lease)
-        except DBAPIError as exc:
-            if not isolated:
-                raise  # the transaction is broken: roll back, then load each job alone
-            return self._load_failed(lease, handler, exc)
         except Exception as exc:
-            return self._load_failed(lease, handler, exc)
+            if isinstance(exc, DBAPIError) and not isolated:
+                raise  # the transaction is broken: roll back, then load each job alone
+            with job_log_context(
+                job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts
+            ):
+                logger.error("job %s could not be loaded", lease.id, exc_info=exc)
+            return new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
         return new_job(lease, handler, item)
-
-    def _load_failed(self, lease: Lease, handler: AnyHandler, exc: Exception) -> InFlight:
-        with job_log_context(job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts):
-            logger.error("job %s could not be loaded", lease.id, exc_info=exc)
-        return new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")

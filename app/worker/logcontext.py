@@ -1,9 +1,8 @@
 """Job fields on log records: every line logged while a job is handled names it.
 
-The runner wraps the handling of one job in `job_log_context(...)`; a
-`JobFieldsFilter` on a handler copies the fields onto each record (as
-attributes, e.g. `record.job_id`), so a JSON formatter can emit them without
-every log call passing `extra=`.
+Inside `job_log_context(...)`, a `JobFieldsFilter` on a handler copies the
+fields onto each record as attributes (e.g. `record.job_id`), so a JSON
+formatter can emit them without every log call passing `extra=`.
 """
 
 from __future__ import annotations

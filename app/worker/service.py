@@ -32,16 +32,18 @@ class Service(Protocol):
 
 
 class ThreadService:
-    """A service on one thread, named `{name}-{role}`. Subclasses define `run()`
-    (which returns once `stopped` is set) and may extend `_request_stop()` to
-    wake it. `restart_when_stopping`: a thread that dies after `stop()` still
-    runs again (for services whose run ends with shutdown work)."""
+    """A service on one thread, named `{name}-{role}`. Subclasses define `run()`,
+    which returns once `stopped` is set; `stop()` also sets `_wake`, an event
+    `run()` may sleep on (a subclass that sleeps on something else overrides
+    `_request_stop()`). `restart_when_stopping`: a thread that dies after
+    `stop()` still runs again (for services whose run ends with shutdown work)."""
 
     role = "service"
     restart_when_stopping = False
 
     def __init__(self, name: str) -> None:
         self.stopped = threading.Event()
+        self._wake = threading.Event()
         self.deaths = 0
         """Times `run()` died of an unexpected error."""
         self._thread: threading.Thread | None = None
@@ -63,7 +65,7 @@ class ThreadService:
         self._request_stop()
 
     def _request_stop(self) -> None:
-        """Wake `run()` so it sees `stopped` (the default: nothing to wake)."""
+        self._wake.set()
 
     def join(self, timeout: float) -> bool:
         thread = self._thread

@@ -1,13 +1,10 @@
 """Instant pickup: one listening connection per runner.
 
-Migration 0003 makes inserts of due jobs (and jobs moved back to pending)
-`NOTIFY crawler_jobs_wakeup` with their kinds, delivered at commit. The
-listener holds one autocommit psycopg connection doing `LISTEN` and wakes
-the idle lease loop as soon as a notification names a kind the runner
-handles. Polling stays the fallback: a lost notification costs at most one
-`idle_poll`. If the connection dies, the listener reconnects (at once the
-first time, then with capped backoff) and wakes the lease loop once, for
-whatever was committed while it was away.
+Inserts of due jobs (and jobs moved back to pending) `NOTIFY
+crawler_jobs_wakeup` with their kinds, at commit (migration 0003); the
+listener wakes the idle lease loop when one names a kind the runner handles.
+Polling stays the fallback: a lost notification costs at most one `idle_poll`.
+After a reconnect it wakes the lease loop once, for what it may have missed.
 """
 
 from __future__ import annotations
