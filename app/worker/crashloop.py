@@ -18,12 +18,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.queue import Lease, reclaim_expired
 from app.worker.dbsession import short_error
-from app.worker.handler import JobContext, JobHandler
+from app.worker.handler import AnyHandler, JobContext
 from app.worker.outcomes import Outcomes
 
 logger = logging.getLogger(__name__)
-
-AnyHandler = JobHandler[Any, Any]
 
 
 def reclaim_at_start(

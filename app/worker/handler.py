@@ -82,3 +82,6 @@ class JobHandler(Protocol[ItemT, ResultT]):
     def save_failure(self, conn: Connection, item: ItemT, error: str, ctx: JobContext) -> None:
         """Record a final failure (attempts used up or a permanent error)."""
         ...
+
+
+AnyHandler = JobHandler[Any, Any]

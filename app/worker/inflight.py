@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.queue import Lease
-from app.worker.handler import JobContext, JobHandler
+from app.worker.handler import AnyHandler, JobContext
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class InFlight:
     `ctx` and `slot` are written by `InFlightJobs` only."""
 
     lease: Lease
-    handler: JobHandler[Any, Any]
+    handler: AnyHandler
     label: str
     log_fields: Mapping[str, Any]
     breadcrumb: Mapping[str, Any] | None = None
@@ -83,7 +83,7 @@ class InFlight:
 
 def new_job(
     lease: Lease,
-    handler: JobHandler[Any, Any],
+    handler: AnyHandler,
     item: Any = None,
     *,
     load_error: str | None = None,

@@ -15,14 +15,13 @@ import math
 import time
 from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from app.queue import Lease, lease_kinds
 from app.worker.dbsession import DatabaseUnavailable, DbSession, is_transient_db_error
-from app.worker.handler import JobHandler
+from app.worker.handler import AnyHandler
 from app.worker.inflight import InFlight, InFlightJobs, new_job
 from app.worker.logcontext import job_log_context
 from app.worker.outage import DatabaseOutage
@@ -31,8 +30,6 @@ from app.worker.readiness import ReadinessGate
 from app.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
-
-AnyHandler = JobHandler[Any, Any]
 
 PREFETCH_MAX = 500
 """Most jobs an adaptive prefetch leases beyond the pool threads."""

@@ -14,12 +14,8 @@ from app.worker.handler import JobContext, JobHandler
 
 
 class NoopHandler(JobHandler[Lease, None]):
-    """Takes jobs of `kind` and acks them done (in batches: it writes nothing).
-
-    `calls` counts the `execute` calls (exact across pool threads). It runs
-    through exactly the code path of every other handler: lease, load,
-    execute on a pool thread, ack.
-    """
+    """Takes jobs of `kind` and acks them done (in batches: it writes nothing),
+    through the code path of every other handler: lease, load, execute, ack."""
 
     writes_result = False
     timeout_message = "no-op dispatch timed out"
@@ -27,11 +23,8 @@ class NoopHandler(JobHandler[Lease, None]):
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._lock = threading.Lock()
-        self._calls = 0
-
-    @property
-    def calls(self) -> int:
-        return self._calls
+        self.calls = 0
+        """The `execute` calls so far (exact across pool threads)."""
 
     def load(self, conn: Connection, lease: Lease) -> Lease:
         return lease
@@ -44,7 +37,7 @@ class NoopHandler(JobHandler[Lease, None]):
 
     def execute(self, item: Lease, ctx: JobContext) -> None:
         with self._lock:
-            self._calls += 1
+            self.calls += 1
 
     def save(self, conn: Connection, item: Lease, result: None, ctx: JobContext) -> None:
         raise AssertionError("writes_result is False: save is never called")

@@ -11,7 +11,6 @@ import threading
 import time
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
 from sqlalchemy import Engine
 
@@ -19,7 +18,7 @@ from app.worker.acker import Acker
 from app.worker.crashloop import reclaim_at_start
 from app.worker.dbsession import runner_outage
 from app.worker.events import EventBus
-from app.worker.handler import JobHandler
+from app.worker.handler import AnyHandler
 from app.worker.heartbeat import Heartbeat
 from app.worker.inflight import InFlightJobs
 from app.worker.leasing import LeaseLoop
@@ -31,8 +30,6 @@ from app.worker.service import Service
 from app.worker.wakeup import WakeupListener
 
 logger = logging.getLogger(__name__)
-
-AnyHandler = JobHandler[Any, Any]
 
 SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for each service in turn."""
