@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -84,18 +84,16 @@ class Outcomes:
         lease, handler, item, ctx = job.lease, job.handler, job.item, job.ctx
         terminal = permanent or lease.attempts >= lease.max_attempts
 
-        def write() -> bool:
-            with self._engine.begin() as conn:
-                # The fenced UPDATE first: it locks the row, so the failure
-                # row is written only for a lease that is still current.
-                ack = ack_dead if permanent else ack_failed
-                acked = ack(conn, lease, error)
-                if acked and terminal and item is not None and ctx is not None:
-                    handler.save_failure(conn, item, error, ctx)
-                return acked
+        def write(conn: Connection) -> bool:
+            # The fenced UPDATE first: it locks the row, so the failure
+            # row is written only for a lease that is still current.
+            acked = (ack_dead if permanent else ack_failed)(conn, lease, error)
+            if acked and terminal and item is not None and ctx is not None:
+                handler.save_failure(conn, item, error, ctx)
+            return acked
 
         try:
-            written = self.with_db_retry(write)
+            written = self._write(write)
         except Exception as exc:
             logger.error(
                 "%s failed (%s) and the failure could not be recorded (%s); the lease "
@@ -175,13 +173,8 @@ class Outcomes:
 
     def give_back(self, job: InFlight) -> None:
         """Release a job that was leased but never started (attempt refunded)."""
-
-        def write() -> bool:
-            with self._engine.begin() as conn:
-                return release(conn, job.lease)
-
         try:
-            released = self.with_db_retry(write)
+            released = self._write(lambda conn: release(conn, job.lease))
         except Exception as exc:
             logger.error(
                 "%s: could not give the job back (%s); its lease will expire",
@@ -254,14 +247,17 @@ class Outcomes:
         # Logged as the outage (once), not per retry of each job.
         self._outage.failed(short_error(state.outcome.exception()) if state.outcome else "?", 1)
 
-    def with_db_retry(self, write: Callable[[], T]) -> T:
-        """Retry a short transaction through a dropped connection or a restart."""
-        retrying = Retrying(
+    def _write(self, work: Callable[[Connection], T]) -> T:
+        """`work(conn)` in a short transaction, retried through a dropped
+        connection or a restart."""
+        for attempt in Retrying(
             retry=retry_if_exception(is_transient_db_error),
             stop=stop_after_attempt(4),
             wait=wait_exponential(multiplier=0.25, max=2.0),
             sleep=self._sleep,
             reraise=True,
             before_sleep=self._report_outage,
-        )
-        return retrying(write)
+        ):
+            with attempt, self._engine.begin() as conn:
+                return work(conn)
+        raise AssertionError("unreachable")  # pragma: no cover

@@ -26,7 +26,7 @@ from app.worker.observer import RunnerObserver
 from app.worker.outcomes import Outcomes
 from app.worker.pool import WorkerPool
 from app.worker.readiness import ReadinessGate
-from app.worker.service import Service
+from app.worker.service import Service, ThreadService
 from app.worker.wakeup import WakeupListener
 
 logger = logging.getLogger(__name__)
@@ -150,10 +150,8 @@ class Runner:
                 service.start()
 
     def stop(self) -> None:
-        """Ask the runner to stop; returns at once (a second call does nothing).
-
-        The shutdown sequence runs on a thread of its own: the services are
-        stopped and joined one after the other, in the reverse start order."""
+        """Start the shutdown on a thread of its own (services stopped and joined
+        one by one, in reverse start order); returns at once. A second call does nothing."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
@@ -191,15 +189,14 @@ class Runner:
         deadline = time.monotonic() + timeout
         if self._shutdown is not None:
             self._shutdown.join(max(0.0, deadline - time.monotonic()))
-        ended = [service.join(max(0.0, deadline - time.monotonic())) for service in self._services]
-        if not all(ended):
-            alive = [
-                type(service).__name__
-                for service, done in zip(self._services, ended, strict=True)
-                if not done
-            ]
+        alive = [
+            type(service).__name__
+            for service in self._services
+            if not service.join(max(0.0, deadline - time.monotonic()))
+        ]
+        if alive:
             logger.warning("runner services still running after %.0f s: %s", timeout, alive)
-        return all(ended)
+        return not alive
 
     @property
     def lease_rounds(self) -> int:
@@ -214,10 +211,7 @@ class Runner:
     @property
     def worker_deaths(self) -> int:
         """Runner threads that died unexpectedly and were run again."""
-        return sum(
-            service.deaths
-            for service in (self._listener, self._acker, self._heartbeat, self._lease_loop)
-        )
+        return sum(s.deaths for s in self._services if isinstance(s, ThreadService))
 
     @property
     def listener(self) -> WakeupListener:
