@@ -75,13 +75,12 @@ class DatabaseUnavailable(Exception):
 class DbSession:
     """One thread's dedicated connection. Not thread-safe: one owner thread.
 
-    `run(work)` runs `work(conn)` in a transaction (autocommit connections:
-    each statement commits on its own, no BEGIN/COMMIT round trips, unless
-    `atomic=True` asks for one transaction) and returns what it returned.
-    A transient error on a connection that had worked is retried once at
-    once on a fresh connection; otherwise it raises `DatabaseUnavailable`,
-    and `backoff()` waits (capped, ends early on `stopping`). Other errors
-    propagate; the connection stays usable.
+    `run(work)` returns `work(conn)`, run in a transaction (on an autocommit
+    session each statement commits on its own, unless `atomic=True`). A
+    transient error on a connection that had worked is retried at once, once,
+    on a fresh one; otherwise `run` raises `DatabaseUnavailable` and `backoff()`
+    waits (capped, ends early on `stopping`). Other errors propagate, and the
+    connection stays usable.
     """
 
     def __init__(

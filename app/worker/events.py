@@ -29,10 +29,8 @@ EVENT_TYPES: Final = frozenset({"started", "completed", "failed", "cancelled"})
 
 @dataclass(frozen=True, slots=True)
 class JobEvent:
-    """`type` is one of `EVENT_TYPES`; `breadcrumb` labels what the job is about
-    (the handler says what: for page analysis page_id, manga_id, manga_title,
-    chapter_id, chapter_number, page_number); `details` adds attempt, error,
-    duration_ms..."""
+    """`type` is one of `EVENT_TYPES`; `breadcrumb` (from the handler) labels what
+    the job is about; `details` adds attempt, error, duration_ms..."""
 
     type: str
     job_id: uuid.UUID
@@ -71,13 +69,11 @@ Subscriber = Callable[[JobEvent], None]
 class EventBus:
     """Fans events out to subscribers and, when given an engine, to `NOTIFY channel`.
 
-    Subscribers are called on the publishing thread. The `NOTIFY` is sent on
-    the publishing thread too, unless `background=True`: then one notifier
-    thread (started on the first event) sends whatever has gathered in ONE
-    transaction, in publishing order, so a worker thread never waits for a
-    commit to report an event. `flush()` waits until everything published so
-    far was sent (or dropped after an error); `close()` flushes and ends the
-    thread. Delivery stays best effort either way.
+    Subscribers, and the `NOTIFY` unless `background=True`, run on the publishing
+    thread. With `background=True`, one notifier thread (started on the first
+    event) sends whatever has gathered in ONE transaction, in publishing order,
+    so a worker thread never waits for a commit. `flush()` waits until all
+    published so far was sent (or dropped); `close()` flushes and ends the thread.
     """
 
     def __init__(

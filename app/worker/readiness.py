@@ -37,17 +37,14 @@ Probe = Callable[[], "bool | ProbeAnswer"]
 
 
 class ReadinessGate:
-    """Shared by all worker threads of a runner.
+    """Shared by all worker threads of a runner (thread-safe).
 
     `wait_ready` returns `True` once the probe says ready, or `False` when
-    `stop` is set first. A ready answer is reused for `fresh_seconds` so N
-    workers do not probe N times; while not ready, it re-probes every
-    `poll_seconds`.
-
-    Log lines name the gate by `name` (what the jobs wait for, e.g.
-    `"vision server at http://127.0.0.1:8080/health"`): the gate closing is
-    logged once with the probe's reason, again when the reason changes, and
-    every `remind_seconds` while it stays closed; opening is logged once.
+    `stop` is set first; it re-probes every `poll_seconds`. A ready answer is
+    reused for `fresh_seconds`, so N workers do not probe N times. Log lines
+    name the gate by `name` (what the jobs wait for): closing is logged with the
+    probe's reason, again when the reason changes and every `remind_seconds`
+    while it stays closed; opening is logged once.
     """
 
     def __init__(

@@ -18,17 +18,14 @@ RESTART_DELAY_SECONDS = 0.05
 
 
 class Service(Protocol):
-    def start(self) -> None:
-        """Start the background work; returns at once."""
-        ...
+    """`start()` and `stop()` return at once (`stop()` is idempotent); `join(timeout)`
+    waits up to `timeout` seconds, `True` once the work has ended (or never started)."""
 
-    def stop(self) -> None:
-        """Ask the work to end; returns at once (idempotent)."""
-        ...
+    def start(self) -> None: ...
 
-    def join(self, timeout: float) -> bool:
-        """Wait up to `timeout` seconds; `True` once it has ended (or never started)."""
-        ...
+    def stop(self) -> None: ...
+
+    def join(self, timeout: float) -> bool: ...
 
 
 class ThreadService:
