@@ -85,9 +85,8 @@ class WorkerPool:
             put(job)
 
     def abandoned(self, job: InFlight, was: JobState) -> None:
-        """The heartbeat gave `job` up; if it was executing, its thread is stuck
-        in `execute`: a new one takes the slot (unless the pool is stopping),
-        and nobody waits for the old one."""
+        """The heartbeat gave `job` up: if it was executing, a new thread takes its
+        slot (unless the pool is stopping), and nobody waits for the stuck one."""
         if was is not JobState.EXECUTING:
             return
         self._stuck.add(self._threads[job.slot])

@@ -9,16 +9,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
 
+from app.queue import Lease, reclaim_expired
 from app.worker.acker import Acker
-from app.worker.crashloop import reclaim_at_start
-from app.worker.dbsession import runner_outage
+from app.worker.dbsession import runner_outage, short_error
 from app.worker.events import EventBus
-from app.worker.handler import AnyHandler
+from app.worker.handler import AnyHandler, JobContext
 from app.worker.heartbeat import Heartbeat
 from app.worker.inflight import InFlightJobs
 from app.worker.leasing import LeaseLoop
@@ -145,7 +147,7 @@ class Runner:
         with self._lifecycle:
             if self._shutdown is not None:
                 return
-            reclaim_at_start(self._engine, self._handlers, self._outcomes)
+            self._reclaim_at_start()
             for service in self._services:
                 service.start()
 
@@ -220,3 +222,45 @@ class Runner:
     @property
     def acker(self) -> Acker:
         return self._acker
+
+    def _reclaim_at_start(self) -> None:
+        """Reclaim expired leases in one transaction. `reclaim_expired` dead-letters a
+        job reclaimed `RECLAIM_LIMIT` times in a row; the queue knows no job kind,
+        so its handler's `save_failure` is written here, in the same transaction,
+        and the job is reported like a last attempt once that committed."""
+        try:
+            with self._engine.begin() as conn:
+                reclaim = reclaim_expired(conn)
+                breadcrumbs = [
+                    self._record_crash_loop(conn, lease, reclaim.error)
+                    for lease in reclaim.dead_lettered
+                ]
+        except SQLAlchemyError as exc:
+            logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
+            return
+        for lease, breadcrumb in zip(reclaim.dead_lettered, breadcrumbs, strict=True):
+            self._outcomes.crash_loop(lease, breadcrumb, reclaim.error)
+
+    def _record_crash_loop(
+        self, conn: Connection, lease: Lease, error: str
+    ) -> Mapping[str, Any] | None:
+        """The job's breadcrumb, or `None` when its handler is not this runner's,
+        had nothing to record, or failed to."""
+        handler = self._handlers.get(lease.payload.kind)
+        if handler is None:
+            return None  # another runner's kind: the dead row is the whole record
+        label = f"job {lease.id}"
+        try:
+            # A savepoint: a handler that cannot record this must not undo the reclaim.
+            with conn.begin_nested():
+                item = handler.load(conn, lease)
+                if item is None:
+                    return None
+                now = time.monotonic()
+                handler.save_failure(
+                    conn, item, error, JobContext(lease, now, threading.Event(), now, label)
+                )
+            return handler.breadcrumb(item)
+        except Exception:
+            logger.exception("%s: could not record its crash-loop failure", label)
+            return None

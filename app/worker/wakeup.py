@@ -43,18 +43,14 @@ class WakeupListener(ThreadService):
         on_wake: Callable[[], None],
         outage: DatabaseOutage,
         *,
-        channel: str = WAKEUP_CHANNEL,
         listen_url: str | None = None,
         name: str = "worker",
     ) -> None:
         super().__init__(name)
-        # LISTEN needs a session: `listen_url` is a direct connection when the
-        # engine goes through PgBouncer in transaction mode.
         self._connect_kwargs = connect_kwargs(listen_url or engine)
         self._kinds = frozenset(kinds)
         self._on_wake = on_wake
         self._outage = outage
-        self._channel = channel
         self.connections = 0
         """Connections made so far (tests watch it to see a reconnect)."""
         self.listening = threading.Event()
@@ -86,7 +82,7 @@ class WakeupListener(ThreadService):
     def _connect(self) -> psycopg.Connection[Any]:
         conn = psycopg.connect(**{**self._connect_kwargs, "autocommit": True})
         self.connections += 1
-        conn.execute(f'LISTEN "{self._channel}"')
+        conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
         self.listening.set()
         return conn
 
