@@ -1,9 +1,7 @@
 """Dedicated database connections for the runner's own threads.
 
 The lease loop, the heartbeat and the acker each hold one connection for
-their whole life instead of checking one out (with a pre-ping) per job. A
-connection that drops under a thread is replaced at once, once; only when a
-fresh connection cannot be made either is the database down (`DatabaseOutage`).
+their whole life instead of checking one out (with a pre-ping) per job.
 """
 
 from __future__ import annotations

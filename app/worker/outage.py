@@ -11,11 +11,9 @@ logger = logging.getLogger(__name__)
 
 
 class DatabaseOutage:
-    """Shared by a runner's threads. `failed` reports a failed database call
-    and returns how long that thread should wait (exponential per thread,
-    capped at `max_delay`); `recovered` reports a call that worked. Only the
-    first failure of an outage and the first success after it are logged, so a
-    restart of Postgres reads as two lines, not one per retry per thread."""
+    """Shared by a runner's threads (thread-safe). `failed` reports a failed
+    database call and returns how long that thread should wait (exponential per
+    thread, capped at `max_delay`); `recovered` reports a call that worked."""
 
     def __init__(
         self, max_delay: float, *, base_delay: float = 0.5, activity: str = "leasing"

@@ -64,27 +64,19 @@ class ReadinessGate:
         self.remind_seconds = remind_seconds
         self._clock = clock
         self._lock = threading.Lock()
-        self._ready: bool | None = None
-        self._reason = ""
+        self.ready: bool | None = None
+        """The last probe's answer; `None` before the first probe."""
+        self.reason = ""
+        """Why the last probe said not ready (empty when ready, or when the probe gave none)."""
         self._checked_at = float("-inf")
         self._closed_since = 0.0
         self._reported_at = 0.0
-
-    @property
-    def ready(self) -> bool | None:
-        """The last probe's answer; `None` before the first probe."""
-        return self._ready
-
-    @property
-    def reason(self) -> str:
-        """Why the last probe said not ready (empty when ready, or when the probe gave none)."""
-        return self._reason
 
     def check(self) -> bool:
         """Probe now unless a ready answer is still fresh."""
         with self._lock:
             now = self._clock()
-            if self._ready and now - self._checked_at < self.fresh_seconds:
+            if self.ready and now - self._checked_at < self.fresh_seconds:
                 return True
             answer = self._probe()
             if isinstance(answer, bool):
@@ -93,15 +85,15 @@ class ReadinessGate:
                 ready, reason, starting = answer.ready, answer.reason, answer.starting
             now = self._checked_at = self._clock()
             if ready:
-                if self._ready is not True:
+                if self.ready is not True:
                     logger.info("%s is ready; leasing jobs", self.name)
-            elif self._ready is not False:
+            elif self.ready is not False:
                 self._closed_since = self._reported_at = now
                 self._log_closed(reason, starting, since=None)
-            elif reason != self._reason or now - self._reported_at >= self.remind_seconds:
+            elif reason != self.reason or now - self._reported_at >= self.remind_seconds:
                 self._reported_at = now
                 self._log_closed(reason, starting, since=now - self._closed_since)
-            self._ready, self._reason = ready, ("" if ready else reason)
+            self.ready, self.reason = ready, ("" if ready else reason)
             return ready
 
     def _log_closed(self, reason: str, starting: bool, *, since: float | None) -> None:

@@ -38,12 +38,9 @@ SHUTDOWN_JOIN_SECONDS = 10.0
 
 
 class Runner:
-    """Runs `handlers` on `workers` pool threads until `stop()`.
-
-    `start()` reclaims orphaned leases once and starts the services; `stop()`
-    returns at once and starts the shutdown: in-flight jobs are released at
-    once (attempt refunded, `cancelled` published) without waiting for their
-    dispatch; `join()` waits a bounded time for the shutdown to end.
+    """Runs `handlers` on `workers` pool threads until `stop()`; on shutdown,
+    in-flight jobs are released at once (attempt refunded, `cancelled`
+    published) without waiting for their dispatch.
 
     The keywords are documented in docs/worker.md ("Keywords"); besides them,
     `listen_url` is the direct connection LISTEN uses (default: the engine's

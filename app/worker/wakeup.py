@@ -61,7 +61,10 @@ class WakeupListener(ThreadService):
         while not self.stopped.is_set():
             established = False
             try:
-                with self._connect() as conn:
+                with psycopg.connect(**{**self._connect_kwargs, "autocommit": True}) as conn:
+                    self.connections += 1
+                    conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
+                    self.listening.set()
                     established = True
                     if self.connections > 1:
                         self._on_wake()  # notifications may have been missed meanwhile
@@ -78,13 +81,6 @@ class WakeupListener(ThreadService):
                     continue
                 failures += 1
                 self.stopped.wait(self._outage.failed(short_error(exc), failures))
-
-    def _connect(self) -> psycopg.Connection[Any]:
-        conn = psycopg.connect(**{**self._connect_kwargs, "autocommit": True})
-        self.connections += 1
-        conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
-        self.listening.set()
-        return conn
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         kinds = self._kinds
