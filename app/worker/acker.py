@@ -56,9 +56,6 @@ class Acker(ThreadService):
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.batches = 0
         """Transactions written (for tests and benchmarks)."""
-        self.acked = 0
-        """Jobs whose batch was written (acked or fenced off); `acked / batches`
-        is the mean batch size."""
 
     def put(self, job: InFlight, result: Any = None) -> None:
         self._queue.put((job, result))
@@ -90,7 +87,6 @@ class Acker(ThreadService):
                         closing = self._gather(pending, wait=False) or closing
                         continue
                     self.batches += 1
-                    self.acked += len(pending)
                     batch, pending = pending, []
                     for job, _result in batch:
                         if job.lease.id not in failed:

@@ -12,7 +12,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -186,9 +186,5 @@ def _notify_payload(event: JobEvent) -> str:
     payload = json.dumps(event.to_json(), ensure_ascii=False)
     if len(payload.encode()) <= NOTIFY_MAX_BYTES:
         return payload
-    trimmed = dict(event.details)
-    trimmed["error"] = str(trimmed.get("error", ""))[:500]
-    return json.dumps(
-        JobEvent(event.type, event.job_id, event.breadcrumb, trimmed, event.at).to_json(),
-        ensure_ascii=False,
-    )
+    trimmed = {**event.details, "error": str(event.details.get("error", ""))[:500]}
+    return json.dumps(replace(event, details=trimmed).to_json(), ensure_ascii=False)
