@@ -35,11 +35,9 @@ def is_transient_db_error(exc: BaseException) -> bool:
     """A lost connection, a restarting server or a deadlock: worth one more try."""
     if isinstance(exc, OperationalError):
         return True
-    if not isinstance(exc, DBAPIError):
-        return False
-    if exc.connection_invalidated:
-        return True
-    return getattr(exc.orig, "sqlstate", None) in {"40P01", "40001"}
+    return isinstance(exc, DBAPIError) and (
+        exc.connection_invalidated or getattr(exc.orig, "sqlstate", None) in {"40P01", "40001"}
+    )
 
 
 def short_error(exc: BaseException | None) -> str:
