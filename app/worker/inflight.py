@@ -82,11 +82,7 @@ class InFlight:
 
 
 def new_job(
-    lease: Lease,
-    handler: AnyHandler,
-    item: Any = None,
-    *,
-    load_error: str | None = None,
+    lease: Lease, handler: AnyHandler, item: Any = None, *, load_error: str | None = None
 ) -> InFlight:
     """A leased job, with its label, breadcrumb and log fields worked out once.
 
