@@ -163,8 +163,7 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
 
 def _ack_figures(runner: Runner) -> dict[str, Any]:
     """How many jobs each acker transaction wrote, on average."""
-    acker = getattr(runner, "acker", None)
-    batches, acked = getattr(acker, "batches", 0), getattr(acker, "acked", 0)
+    batches, acked = runner.acker.batches, runner.acker.acked
     return {"ack_batches": batches, "acks_per_batch": acked / batches if batches else None}
 
 

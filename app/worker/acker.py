@@ -56,6 +56,9 @@ class Acker(ThreadService):
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.batches = 0
         """Transactions written (for tests and benchmarks)."""
+        self.acked = 0
+        """Jobs whose batch was written (acked or fenced off); `acked / batches`
+        is the mean batch size (`make bench` reports it)."""
 
     def put(self, job: InFlight, result: Any = None) -> None:
         self._queue.put((job, result))
@@ -87,6 +90,7 @@ class Acker(ThreadService):
                         closing = self._gather(pending, wait=False) or closing
                         continue
                     self.batches += 1
+                    self.acked += len(pending)
                     batch, pending = pending, []
                     for job, _result in batch:
                         if job.lease.id not in failed:
