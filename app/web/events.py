@@ -156,45 +156,40 @@ class EventStream:
         yield f"retry: {RETRY_MILLISECONDS}\n\n"
         # The client learns LISTEN is active (a test can publish now).
         yield ": listening\n\n"
+        outage = self._streams.outage
+        failures = 0
+        backoff = FIRST_BACKOFF_SECONDS
         while True:
+            if self._conn is None:
+                # Connection lost: connect and LISTEN again, backing off while the
+                # database refuses; each failed try is said on the stream.
+                yield from self._wait(backoff)
+                try:
+                    self._connect()
+                except psycopg.Error as exc:
+                    failures += 1
+                    backoff = outage.failed(_one_line(exc), failures)
+                    yield f": database unreachable; retrying in {backoff:.2f} s\n\n"
+                    continue
+                outage.recovered()
+                # NOTIFY is not durable: the client should re-read what it shows.
+                yield ": reconnected; events may have been missed\n\n"
             conn = self._conn
-            assert conn is not None  # open() and _reconnect() leave one
+            assert conn is not None  # open() and _connect() leave one
             try:
-                while True:
-                    # A list, not a lazy loop: the generator is not left
-                    # suspended inside psycopg's notifies() while we write.
-                    notes = list(
-                        conn.notifies(timeout=self._streams.keepalive_seconds, stop_after=1)
-                    )
-                    if not notes:
-                        yield ": keep-alive\n\n"
-                    for note in notes:
-                        yield format_event(note.payload)
+                # A list, not a lazy loop: the generator is not left
+                # suspended inside psycopg's notifies() while we write.
+                notes = list(conn.notifies(timeout=self._streams.keepalive_seconds, stop_after=1))
             except psycopg.Error as exc:
-                self._streams.outage.failed(_one_line(exc), 1)
+                failures = 1
+                backoff = outage.failed(_one_line(exc), failures)
                 self._drop_connection()
                 yield ": database connection lost; reconnecting\n\n"
-            yield from self._reconnect()
-            # NOTIFY is not durable: the client should re-read what it shows.
-            yield ": reconnected; events may have been missed\n\n"
-
-    def _reconnect(self) -> Iterator[str]:
-        """Connect and LISTEN again, backing off while the database refuses;
-        each failed try is said on the stream (the log has it once per outage)."""
-        outage = self._streams.outage
-        backoff = FIRST_BACKOFF_SECONDS
-        failures = 1
-        while True:
-            yield from self._wait(backoff)
-            try:
-                self._connect()
-            except psycopg.Error as exc:
-                failures += 1
-                backoff = outage.failed(_one_line(exc), failures)
-                yield f": database unreachable; retrying in {backoff:.2f} s\n\n"
                 continue
-            outage.recovered()
-            return
+            if not notes:
+                yield ": keep-alive\n\n"
+            for note in notes:
+                yield format_event(note.payload)
 
     def _connect(self) -> None:
         options = {
@@ -241,16 +236,14 @@ def format_event(payload: str) -> str:
     as the default `message` event. A multi-line payload becomes several
     `data:` lines, which a client joins back with newlines.
     """
-    event_type = None
     try:
         decoded = json.loads(payload)
     except ValueError:
         decoded = None
-    if isinstance(decoded, dict):
-        candidate = decoded.get("type")
-        if isinstance(candidate, str) and _EVENT_TYPE.match(candidate):
-            event_type = candidate
-    lines = [f"event: {event_type}"] if event_type else []
+    event_type = decoded.get("type") if isinstance(decoded, dict) else None
+    lines = []
+    if isinstance(event_type, str) and _EVENT_TYPE.match(event_type):
+        lines.append(f"event: {event_type}")
     lines.extend(f"data: {line}" for line in payload.replace("\r\n", "\n").split("\n"))
     return "\n".join(lines) + "\n\n"
 
