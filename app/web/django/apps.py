@@ -34,17 +34,7 @@ class PageAnalysisConfig(AppConfig):
         self._admin_engine: Engine | None = None
         self._lock = threading.Lock()
         self.borrowed = BorrowedEngines()
-        self._configure()
-
-    def _configure(self) -> None:
-        self.settings = page_analysis_settings()
-        listen_url = self.settings.listen_database_url
-        self.event_streams = EventStreams(
-            lambda: connect_kwargs(listen_url or self.admin_engine()),
-            max_streams=self.settings.max_event_streams,
-            keepalive_seconds=self.settings.event_keepalive_seconds,
-        )
-        self.api = AdminApi(self.admin_engine, self.event_streams)
+        self.reload()
 
     def admin_engine(self) -> Engine:
         """The engine of the admin views, built on first use.
@@ -72,7 +62,14 @@ class PageAnalysisConfig(AppConfig):
                 self._admin_engine.dispose()
             self._admin_engine = None
         self.borrowed.dispose()
-        self._configure()
+        self.settings = page_analysis_settings()
+        listen_url = self.settings.listen_database_url
+        self.event_streams = EventStreams(
+            lambda: connect_kwargs(listen_url or self.admin_engine()),
+            max_streams=self.settings.max_event_streams,
+            keepalive_seconds=self.settings.event_keepalive_seconds,
+        )
+        self.api = AdminApi(self.admin_engine, self.event_streams)
 
 
 def page_analysis_app() -> PageAnalysisConfig:
