@@ -63,27 +63,20 @@ def check_access(request: HttpRequest, admin_token: str | None) -> Access:
 
 @csrf_exempt  # it accepts no writes; a POST gets a JSON 405
 def admin_page(request: HttpRequest) -> HttpResponseBase:
-    """The admin page. It holds no queue data (it fetches `api/...`), so it
-    is served without auth. A visitor the API refuses is offered Django's
-    login page (`LOGIN_URL`, with `next` back here)."""
+    """The admin page (see `page_response`). A visitor the API refuses is
+    offered Django's login page (`LOGIN_URL`, with `next` back here)."""
     # A staff user's page sends the CSRF cookie's token back on its POSTs
     # (header X-CSRFToken); the cookie is set when CsrfViewMiddleware runs.
     get_token(request)
+    login_url = None  # without django.contrib.auth no one can sign in as staff
+    if apps.is_installed("django.contrib.auth"):
+        from django.contrib.auth.views import redirect_to_login
+
+        login_url = str(redirect_to_login(request.get_full_path(), settings.LOGIN_URL)["Location"])
     html = admin_page_html(
-        login_url=_login_url(request),
-        token_accepted=page_analysis_app().settings.admin_token is not None,
+        login_url=login_url, token_accepted=page_analysis_app().settings.admin_token is not None
     )
     return _response(page_response(str(request.method), html))
-
-
-def _login_url(request: HttpRequest) -> str | None:
-    """`settings.LOGIN_URL` resolved, with `next` pointing back at this page;
-    `None` without `django.contrib.auth` (no one can sign in as staff then)."""
-    if not apps.is_installed("django.contrib.auth"):
-        return None
-    from django.contrib.auth.views import redirect_to_login
-
-    return str(redirect_to_login(request.get_full_path(), settings.LOGIN_URL)["Location"])
 
 
 class _CsrfCheck(CsrfViewMiddleware):
@@ -101,19 +94,13 @@ def _csrf_refusal(request: HttpRequest) -> Refusal | None:
     # Read the body first: the check may parse it as a form, after which
     # Django refuses to hand out the raw body the view reads.
     request.body  # noqa: B018
-
-    def unused(_request: HttpRequest) -> HttpResponse:
-        return HttpResponse()
-
-    check = _CsrfCheck(unused)
+    check = _CsrfCheck(lambda _request: HttpResponse())
     check.process_request(request)
-    check.process_view(request, unused, (), {})
+    check.process_view(request, check.get_response, (), {})
     return check.refusal
 
 
 def _response(answer: ApiResponse) -> HttpResponseBase:
-    # Django closes a stream (its LISTEN connection and its slot) when the
-    # response is closed, which the server does when the client goes away.
     response = HttpResponse if isinstance(answer.content, str) else StreamingHttpResponse
     return response(
         answer.content,
