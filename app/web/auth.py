@@ -1,10 +1,7 @@
 """Admin access, framework-neutral: the `Access` an adapter hands `app.web.api`.
 
-Flask authenticates with `AdminAuth` (a bearer token and/or the host's
-`authorize(request)`), Django in `app.web.django.views` (the bearer token or a
-staff session). A wrong or missing credential is a 401, a host check that
-says no a 403; every 401 (and a 403 when a token would also do) carries
-`WWW-Authenticate: Bearer`.
+Flask authenticates with `AdminAuth`, Django in `app.web.django.views`; which
+refusal gets which status: docs/admin-api.md.
 """
 
 from __future__ import annotations
@@ -101,19 +98,17 @@ class AdminAuth:
         presented = bearer_token(authorization)
         if token_matches(presented, self._token):
             return TOKEN_ACCESS
-        if self._authorize is not None and self._authorized(request):
-            return Access(ambient=True, who="the host's authorize")
+        if self._authorize is not None:
+            try:
+                authorized = bool(self._authorize(request))
+            except Exception:
+                logger.exception("the admin authorize callable raised; refusing the request")
+                authorized = False
+            if authorized:
+                return Access(ambient=True, who="the host's authorize")
         if self._token is not None and presented is not None:
             return Access(WRONG_TOKEN)
         if self._authorize is not None:
             challenge = "Bearer" if self._token is not None else None
             return Access(Refusal(403, "forbidden", "not allowed to use the admin API", challenge))
         return Access(Refusal(401, "unauthorized", "send Authorization: Bearer <token>", "Bearer"))
-
-    def _authorized(self, request: Any) -> bool:
-        assert self._authorize is not None
-        try:
-            return bool(self._authorize(request))
-        except Exception:
-            logger.exception("the admin authorize callable raised; refusing the request")
-            return False
