@@ -93,9 +93,7 @@ class EventStreams:
     def open(self) -> EventStream:
         """Take a slot, LISTEN, and return the stream; `EventsUnavailable` when
         no slot is free or the database cannot be reached (never a 200 that then
-        says nothing). The stream's `close()` frees the slot: hand the stream to
-        the server as the response body (which closes it), or close it yourself.
-        """
+        says nothing). The stream's `close()` frees the slot."""
         with self._lock:
             if self._open >= self.max_streams:
                 raise EventsUnavailable(

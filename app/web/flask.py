@@ -31,9 +31,8 @@ def admin_blueprint(
     """The admin blueprint; every keyword is in docs/embedding.md.
 
     `engine` is an `Engine` or a callable returning one (`lambda: db.engine`),
-    borrowed per request, never disposed. Given both `token` and `authorize`,
-    either lets a request in; given neither, `ValueError` (it never serves
-    openly). The event streams LISTEN to `listen_url`, else `engine`'s database.
+    borrowed per request, never disposed. `ValueError` without a `token` or an
+    `authorize` (see `AdminAuth`).
     """
     auth = AdminAuth(token=token, authorize=authorize)
     get_engine: Callable[[], Engine] = engine if callable(engine) else (lambda: engine)
@@ -98,7 +97,6 @@ def _same_origin() -> Refusal | None:
 
 
 def _response(answer: ApiResponse) -> Response:
-    # A stream is an iterable with close(): werkzeug closes it when the client goes.
     return Response(
         answer.content,
         status=answer.status,

@@ -1,8 +1,4 @@
-"""The admin page: one HTML file, shipped as package data, served at the mount point.
-
-It holds no queue data (it fetches `api/...`, with the bearer token the user
-types in or with the host's session), so the adapters serve it without auth.
-"""
+"""The admin page: one HTML file, shipped as package data, served at the mount point."""
 
 from __future__ import annotations
 
