@@ -19,12 +19,9 @@ def admin_page_html(*, login_url: str | None = None, token_accepted: bool = True
     offers that link); `token_accepted=False`: no bearer token is configured,
     so the page does not ask for one.
     """
-    page = _template()
-    tags = []
+    tags = ""
     if login_url is not None:
-        tags.append(f'<meta name="page-analysis-login-url" content="{html.escape(login_url)}">')
+        tags += f'<meta name="page-analysis-login-url" content="{html.escape(login_url)}">\n'
     if not token_accepted:
-        tags.append('<meta name="page-analysis-token" content="none">')
-    if not tags:
-        return page
-    return page.replace("</head>", "\n".join(tags) + "\n</head>", 1)
+        tags += '<meta name="page-analysis-token" content="none">\n'
+    return _template().replace("</head>", tags + "</head>", 1)
