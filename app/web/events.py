@@ -103,7 +103,6 @@ class EventStreams:
             self._open += 1
         try:
             stream = EventStream(self, self._connect_kwargs())
-            stream._connect()
         except BaseException as exc:
             self._release()
             if not isinstance(exc, psycopg.Error):
@@ -135,6 +134,7 @@ class EventStream:
         self._conn: psycopg.Connection[Any] | None = None
         self._closed = False
         self._chunks = self._run()
+        self._connect()
 
     def __iter__(self) -> Iterator[str]:
         return self._chunks
@@ -173,7 +173,7 @@ class EventStream:
                 # NOTIFY is not durable: the client should re-read what it shows.
                 yield ": reconnected; events may have been missed\n\n"
             conn = self._conn
-            assert conn is not None  # open() and _connect() leave one
+            assert conn is not None  # __init__() and the reconnect above leave one
             try:
                 # A list, not a lazy loop: the generator is not left
                 # suspended inside psycopg's notifies() while we write.
