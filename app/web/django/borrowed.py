@@ -20,8 +20,7 @@ from app.web.django.conf import check_postgresql
 
 
 class BorrowedConnection:
-    """Django's psycopg connection as SQLAlchemy's pool sees it: statements go
-    through; transaction control and closing stay with Django."""
+    """Django's psycopg connection as SQLAlchemy's pool sees it."""
 
     def __init__(self, raw: Any) -> None:
         self._raw = raw
@@ -61,8 +60,7 @@ def _borrow(alias: str) -> BorrowedConnection:
 
 
 class BorrowedEngines:
-    """One SQLAlchemy engine per Django alias, each checkout borrowing the
-    calling thread's Django connection (Django's connections are per thread)."""
+    """One SQLAlchemy engine per Django alias."""
 
     def __init__(self) -> None:
         self._engines: dict[str, Engine] = {}

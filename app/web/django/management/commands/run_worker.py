@@ -53,13 +53,11 @@ class Command(BaseCommand):
             os.environ["LISTEN_DATABASE_URL"] = listen_url
         argv = ["--log-level", options["log_level"], "run-worker"]
         argv.append("--migrate" if options["migrate"] else "--no-migrate")
-        # The CLI handles SIGINT, SIGTERM and SIGHUP: the first stops the
-        # runner gracefully (in-flight jobs released), a second exits at once.
+        # The CLI installs the signal handlers (app.cli.shutdown).
         code = cli.main(argv)
         if code == cli.EXIT_MIGRATIONS_PENDING:
             logging.getLogger("app.cli").error(
                 "bring the schema to head with `python manage.py page_analysis_migrate`"
             )
-        # This process is the worker's: end it here, as `python -m app` does (a
-        # thread still inside the OCR engine must not see the interpreter finalise).
+        # This process is the worker's: end it here, as `python -m app` does.
         exit_process(code)
