@@ -201,8 +201,7 @@ class EventStream:
             "keepalives_interval": 10,
             "keepalives_count": 3,
         }
-        conn = psycopg.connect(**options)
-        self._conn = conn
+        self._conn = conn = psycopg.connect(**options)
         try:
             conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ANALYSIS_CHANNEL)))
         except BaseException:
@@ -213,9 +212,8 @@ class EventStream:
         """Sleep `seconds`, still sending keep-alives so a departed client is noticed."""
         deadline = time.monotonic() + seconds
         while (remaining := deadline - time.monotonic()) > 0:
-            step = min(remaining, self._streams.keepalive_seconds)
-            time.sleep(step)
-            if step == self._streams.keepalive_seconds:
+            time.sleep(min(remaining, self._streams.keepalive_seconds))
+            if remaining >= self._streams.keepalive_seconds:
                 yield ": keep-alive\n\n"
 
     def _drop_connection(self) -> None:
