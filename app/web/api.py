@@ -125,16 +125,13 @@ class AdminApi:
             return error_response(503, "unavailable", "the database cannot be reached; try again")
 
 
-View = Callable[[AdminApi, ApiRequest], ApiResponse]
-
-
 @dataclass(frozen=True, slots=True)
 class Route:
     """One `api/` route: its URL name, its pattern below the mount point, a view per method."""
 
     name: str
     pattern: str
-    views: Mapping[str, View]
+    views: Mapping[str, Callable[[AdminApi, ApiRequest], ApiResponse]]
 
 
 def _check_length(declared: str | None) -> None:
