@@ -110,7 +110,6 @@ def sqlalchemy_url(alias: str = DEFAULT_DATABASE_ALIAS) -> URL:
 def url_from_connection_params(params: dict[str, Any]) -> URL:
     """The SQLAlchemy URL for the psycopg `connect()` keywords Django builds."""
     host = params.get("host")
-    port = params.get("port")
     query = {name: str(value) for name, value in params.items() if name not in _NOT_QUERY}
     if host and str(host).startswith("/"):
         # A Unix socket directory has no place in the URL's host part.
@@ -121,7 +120,7 @@ def url_from_connection_params(params: dict[str, Any]) -> URL:
         username=params.get("user"),
         password=params.get("password"),
         host=host or None,
-        port=int(port) if port else None,
+        port=int(params["port"]) if params.get("port") else None,
         database=params.get("dbname"),
         query=query,
     )
