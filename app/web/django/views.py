@@ -21,7 +21,6 @@ from app.web.page import admin_page_html
 NO_CREDENTIALS: Final = Refusal(
     401, "unauthorized", "log in as a staff user or send Authorization: Bearer <token>", "Bearer"
 )
-NOT_STAFF: Final = Refusal(403, "forbidden", "only staff users may use the admin API")
 
 
 def api_view(route: Route) -> Callable[..., HttpResponseBase]:
@@ -57,7 +56,7 @@ def check_access(request: HttpRequest, admin_token: str | None) -> Access:
     if user is not None and user.is_authenticated:
         if user.is_active and user.is_staff:
             return Access(ambient=True, who=f"staff user {user.get_username()}")
-        return Access(NOT_STAFF)
+        return Access(Refusal(403, "forbidden", "only staff users may use the admin API"))
     return Access(WRONG_TOKEN if presented is not None else NO_CREDENTIALS)
 
 
