@@ -3,12 +3,21 @@
 import re
 
 _OBJECT_REPR = re.compile(r" ?<[\w.]+ object at 0x[0-9a-fA-F]+>")
+_CUT = " …[truncated]"
 
 
 def without_reprs(message: str) -> str:
     """`message` with Python object reprs (`<_io.BytesIO object at 0x7f…>`) taken out:
     messages end up in `last_error`, events and the admin page, read by people."""
     return _OBJECT_REPR.sub("", message).strip()
+
+
+def truncated(message: str, max_chars: int) -> str:
+    """`message` cut to at most `max_chars` characters, ending ` …[truncated]` when cut:
+    the one rule for error text stored in a bounded column."""
+    if len(message) <= max_chars:
+        return message
+    return message[: max_chars - len(_CUT)] + _CUT
 
 
 class ServiceError(Exception):

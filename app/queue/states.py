@@ -20,10 +20,10 @@ from datetime import timedelta
 from typing import Any, Final, Literal
 
 from app.db import Conn
-from app.errors import PayloadError
+from app.errors import PayloadError, truncated
 from app.queue.backoff import backoff_for
 from app.queue.payloads import decode_payload
-from app.queue.table import CRASH_LOOP_ERROR, RECLAIM_LIMIT, Lease, run, truncate_error
+from app.queue.table import CRASH_LOOP_ERROR, LAST_ERROR_MAX_CHARS, RECLAIM_LIMIT, Lease, run
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def _end_attempts(
     errors: Iterable[str] = (),
     delays: Iterable[timedelta] = (),
 ) -> set[uuid.UUID]:
-    errors = [truncate_error(error) for error in errors]
+    errors = [truncated(error, LAST_ERROR_MAX_CHARS) for error in errors]
     return _write(conn, _end_attempt(state), held, errors=errors, delays=list(delays))
 
 

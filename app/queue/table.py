@@ -63,13 +63,6 @@ def payload_field(name: str) -> ColumnElement[Any]:
 KIND = payload_field("kind")
 
 
-def truncate_error(error: str) -> str:
-    """`error` cut to `LAST_ERROR_MAX_CHARS`, saying so."""
-    if len(error) <= LAST_ERROR_MAX_CHARS:
-        return error
-    return error[: LAST_ERROR_MAX_CHARS - 15] + " …[truncated]"
-
-
 def run(
     conn: Conn, statement: str, params: Mapping[str, Any] | None = None
 ) -> CursorResult[*TupleAny]:

@@ -11,6 +11,7 @@ from sqlalchemy import Table, case, func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from app.db import Conn
+from app.errors import truncated
 from app.models import PageAnalysis
 
 ERROR_MAX_CHARS: Final = 2000
@@ -68,7 +69,7 @@ def save_failed(
     attempt's error and duration, unless the page has a `done` analysis, which it
     keeps (a failed forced re-analysis must not destroy a good one): then only
     `error` records the failure."""
-    error = error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 1] + "…"
+    error = truncated(error, ERROR_MAX_CHARS)
     was_done = table.c.status == "done"
     statement = insert(table).values(
         page_id=page_id, status="failed", error=error, model=model, duration_ms=duration_ms

@@ -13,7 +13,7 @@ import requests
 from app.analysis.http import VisionClient
 from app.analysis.http_wire import is_dropped_connection, transport_reason
 from app.analysis.images import PreparedImage
-from app.errors import VisionUnavailable, without_reprs
+from app.errors import VisionUnavailable, truncated, without_reprs
 from app.worker.outcomes import describe_error
 from tests.vision_server import ScriptedVisionServer
 
@@ -23,6 +23,12 @@ def test_without_reprs_takes_object_reprs_out() -> None:
     assert without_reprs(message) == "cannot identify image file"
     assert without_reprs("plain <b>words</b> stay") == "plain <b>words</b> stay"
     assert without_reprs("a <x.Y object at 0xABC> b\nline two") == "a b\nline two"
+
+
+def test_long_error_text_keeps_its_start_and_says_it_was_cut() -> None:
+    assert truncated("short", 2000) == "short"
+    cut = truncated("x" * 5000, 2000)
+    assert len(cut) == 2000 and cut == "x" * 1987 + " …[truncated]"
 
 
 def test_a_library_error_reaching_the_runner_loses_its_repr() -> None:
