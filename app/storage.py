@@ -32,8 +32,6 @@ class Storage(Protocol):
 def read_capped(stream: BinaryIO, max_bytes: int, *, label: str) -> bytes:
     """Read `stream` to its end, raising `ObjectTooLarge` (naming `label`) once more
     than `max_bytes` arrive; at most `max_bytes + 1` bytes are ever read."""
-    if max_bytes < 0:
-        raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
     buffer = bytearray()
     # Ask for one byte past the cap: getting it is the proof that the object is too large.
     remaining = max_bytes + 1
@@ -60,7 +58,16 @@ class LocalStorage:
     def path_for(self, key: str) -> Path:
         """The resolved path of `key`, checked to be under the root: `StorageKeyError`
         for a malformed or escaping key, `ObjectNotFound` when nothing is there."""
-        _check_key_syntax(key)
+        if not isinstance(key, str) or not key:
+            raise StorageKeyError(f"storage key must be a non-empty string, got {key!r}")
+        if "\x00" in key:
+            raise StorageKeyError(f"storage key {key!r} contains a NUL byte")
+        if key.startswith(("/", "\\")) or os.path.isabs(key):
+            raise StorageKeyError(f"storage key {key!r} is absolute; keys are relative to the root")
+        # A `..` component could still land inside the root after resolution, but no
+        # legitimate key needs one, and refusing it up front makes the error clearer.
+        if ".." in key.replace("\\", "/").split("/"):
+            raise StorageKeyError(f"storage key {key!r} contains a '..' component")
         root = self.root.resolve()
         try:
             # strict=True follows every symlink, so the containment check below
@@ -121,17 +128,3 @@ class LocalStorage:
                 return read_capped(stream, max_bytes, label=repr(key))
             except OSError as exc:
                 raise StorageError(f"cannot read object {key!r}: {exc}") from exc
-
-
-def _check_key_syntax(key: str) -> None:
-    """Refuse keys that are not relative paths, before touching the file system."""
-    if not isinstance(key, str) or not key:
-        raise StorageKeyError(f"storage key must be a non-empty string, got {key!r}")
-    if "\x00" in key:
-        raise StorageKeyError(f"storage key {key!r} contains a NUL byte")
-    if key.startswith(("/", "\\")) or os.path.isabs(key):
-        raise StorageKeyError(f"storage key {key!r} is absolute; keys are relative to the root")
-    # A `..` component could still land inside the root after resolution, but no
-    # legitimate key needs one, and refusing it up front makes the error clearer.
-    if ".." in key.replace("\\", "/").split("/"):
-        raise StorageKeyError(f"storage key {key!r} contains a '..' component")
