@@ -45,7 +45,12 @@ class ImageError(ServiceError):
 
 
 class VisionError(ServiceError):
-    """The vision model did not produce a valid analysis."""
+    """The vision model did not produce a valid analysis. `status_code` is the
+    server's last HTTP status when there was one, else `None`."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
 
 
 class DispatchTimeout(ServiceError):
@@ -73,20 +78,11 @@ class VisionUnavailable(VisionError):
 
     Transient: raised for one attempt inside the client's retry loop, and again
     (naming the last cause) once the client's retries run out.
-    `status_code` is the last HTTP status, or `None` for transport errors.
     """
-
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
 
 
 class VisionRejected(VisionError):
     """The vision server refused the request with a 4xx other than 429; retrying won't help."""
-
-    def __init__(self, message: str, *, status_code: int) -> None:
-        super().__init__(message)
-        self.status_code = status_code
 
 
 class VisionCancelled(VisionError):
@@ -106,8 +102,7 @@ class AdminError(ServiceError):
 
 
 class BadRequest(AdminError):
-    status = 400
-    code = "bad_request"
+    """400 `bad_request`, the defaults of `AdminError`."""
 
 
 class NotFound(AdminError):
