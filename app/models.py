@@ -39,8 +39,13 @@ ANALYSIS_STATUSES = ("done", "failed")
 NSFW_RATINGS = ("safe", "suggestive", "explicit")
 """`nsfw_rating` values, mildest first: the check constraint and the model's answer schema."""
 
-# The jobs that hold a dedup slot: at most one per chapter / page while in flight.
 INFLIGHT = "state IN ('pending', 'running')"
+DEDUP_SLOTS = {
+    "uq_crawler_jobs_chapter_content_inflight": ("sync_chapter_content", "chapter_id"),
+    "uq_crawler_jobs_analyze_page_inflight": ("analyze_page", "page_id"),
+}
+"""The jobs that hold a dedup slot, at most one in flight per chapter / page: each
+slot's unique index, and the kind and the payload field that name the slot."""
 
 TABLE_SETTINGS = {
     "fillfactor": "80",
@@ -119,17 +124,14 @@ class Job(Base):
         _partial("ix_crawler_jobs_done_updated_at", "updated_at", where="state = 'done'"),
         # The dead-job listing (admin page, `jobs list --state dead`), newest first.
         _partial("ix_crawler_jobs_dead_updated_at", "updated_at", "id", where="state = 'dead'"),
-        _partial(
-            "uq_crawler_jobs_chapter_content_inflight",
-            text("(payload ->> 'chapter_id')"),
-            unique=True,
-            where=f"payload ->> 'kind' = 'sync_chapter_content' AND {INFLIGHT}",
-        ),
-        _partial(
-            "uq_crawler_jobs_analyze_page_inflight",
-            text("(payload ->> 'page_id')"),
-            unique=True,
-            where=f"payload ->> 'kind' = 'analyze_page' AND {INFLIGHT}",
+        *(
+            _partial(
+                name,
+                text(f"(payload ->> '{field}')"),
+                unique=True,
+                where=f"payload ->> 'kind' = '{kind}' AND {INFLIGHT}",
+            )
+            for name, (kind, field) in DEDUP_SLOTS.items()
         ),
         # Storage and autovacuum settings (reasoning in migration 0003), and
         # the wake-up triggers, live in the migrations only: autogenerate

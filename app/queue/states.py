@@ -21,6 +21,7 @@ from typing import Any, Final, Literal
 
 from app.db import Conn
 from app.errors import PayloadError, truncated
+from app.models import DEDUP_SLOTS
 from app.queue.backoff import backoff_for
 from app.queue.payloads import decode_payload
 from app.queue.table import CRASH_LOOP_ERROR, LAST_ERROR_MAX_CHARS, RECLAIM_LIMIT, Lease, run
@@ -309,10 +310,6 @@ _RETRY: Final = (
 
 _RETRY_IDS: Final = _RETRY.format(candidates="SELECT unnest(%(ids)s::uuid[]) AS id")
 
-_DEDUP_SLOTS: Final = (("analyze_page", "page_id"), ("sync_chapter_content", "chapter_id"))
-"""The kinds with one in-flight job per slot (a partial unique index each), and
-the payload field that names the slot."""
-
 
 def _slot_of(kind: str, field: str) -> str:
     return f"WHEN '{kind}' THEN '{kind}:' || (d.payload ->> '{field}')"
@@ -337,7 +334,7 @@ _DEAD_CANDIDATES: Final = f"""
         SELECT d.id, d.updated_at, d.payload,
                coalesce(
                    CASE d.payload ->> 'kind'
-                       {" ".join(_slot_of(kind, field) for kind, field in _DEDUP_SLOTS)}
+                       {" ".join(_slot_of(kind, field) for kind, field in DEDUP_SLOTS.values())}
                    END,
                    d.id::text
                ) AS slot
@@ -345,7 +342,7 @@ _DEAD_CANDIDATES: Final = f"""
         WHERE d.state = 'dead'
           AND (CAST(%(kind)s AS text) IS NULL OR d.payload ->> 'kind' = %(kind)s)
     ) dead
-    WHERE NOT {" AND NOT ".join(_slot_taken(kind, field) for kind, field in _DEDUP_SLOTS)}
+    WHERE NOT {" AND NOT ".join(_slot_taken(kind, field) for kind, field in DEDUP_SLOTS.values())}
     ORDER BY slot, dead.updated_at DESC, dead.id DESC
 """
 
