@@ -75,12 +75,8 @@ def decode_payload(data: Any) -> JobPayload:
             return _ADAPTER.validate_json(data)
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        raise PayloadError(_describe(exc)) from exc
-
-
-def _describe(exc: ValidationError) -> str:
-    problems = []
-    for error in exc.errors()[:5]:
-        location = ".".join(str(part) for part in error["loc"]) or "payload"
-        problems.append(f"{location}: {error['msg']}")
-    return "invalid job payload: " + "; ".join(problems)
+        problems = []
+        for error in exc.errors()[:5]:
+            location = ".".join(str(part) for part in error["loc"]) or "payload"
+            problems.append(f"{location}: {error['msg']}")
+        raise PayloadError("invalid job payload: " + "; ".join(problems)) from exc
