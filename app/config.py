@@ -154,13 +154,9 @@ class Settings(BaseSettings):
     @property
     def backend(self) -> VisionBackend:
         """The analyzer: `VISION_BACKEND`, else `http` when `VISION_URL` is set, else `ocr`."""
-        if self.vision_backend is not None:
-            return self.vision_backend
-        return "http" if self.vision_url else "ocr"
+        return self.vision_backend or ("http" if self.vision_url else "ocr")
 
     @property
     def health_url(self) -> str | None:
         """The readiness probe URL, `{VISION_URL}/health` unless set; `None` without a URL."""
-        if self.vision_health_url:
-            return self.vision_health_url
-        return f"{self.vision_url}/health" if self.vision_url else None
+        return self.vision_health_url or (f"{self.vision_url}/health" if self.vision_url else None)
