@@ -61,8 +61,7 @@ class AnalyzePage(_Payload):
 
 
 JobPayload = Annotated[
-    SyncManga | SyncChapterList | SyncChapterContent | AnalyzePage,
-    Field(discriminator="kind"),
+    SyncManga | SyncChapterList | SyncChapterContent | AnalyzePage, Field(discriminator="kind")
 ]
 
 _ADAPTER: TypeAdapter[JobPayload] = TypeAdapter(JobPayload)

@@ -34,10 +34,7 @@ def queue_stats(conn: Conn, kinds: Sequence[str] = ALL_KINDS) -> dict[str, Any]:
             jobs.c.state == PENDING, jobs.c.scheduled_at <= func.now()
         )
     ).scalar_one()
-    return {
-        "jobs": counts,
-        "oldest_pending_age_seconds": None if age is None else float(age),
-    }
+    return {"jobs": counts, "oldest_pending_age_seconds": None if age is None else float(age)}
 
 
 def count_dead(conn: Conn, kind: str | None = None) -> int:

@@ -56,8 +56,7 @@ def save_done(conn: Conn, page_id: uuid.UUID, record: AnalysisRecord, *, duratio
     statement = insert(table).values(page_id=page_id, **values)
     conn.execute(
         statement.on_conflict_do_update(
-            index_elements=[table.c.page_id],
-            set_={**values, "updated_at": func.now()},
+            index_elements=[table.c.page_id], set_={**values, "updated_at": func.now()}
         )
     )
 
