@@ -47,8 +47,7 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     """
     kind = ""
     if kinds is not None:
-        # Quoted for SQL, `%` doubled for psycopg's parameter syntax, and spelled
-        # exactly as in the index, so the planner can use it.
+        # Quoted for SQL, `%` doubled for psycopg's parameter syntax; spelled as in the index.
         quoted = ", ".join("'" + k.replace("'", "''").replace("%", "%%") + "'" for k in kinds)
         kind = f"AND (payload ->> 'kind') IN ({quoted})"
     n = int(limit)
