@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, Final
 
 from sqlalchemy import func, select
@@ -16,17 +15,17 @@ UNKNOWN_KIND: Final = "unknown"
 """The stats key for rows whose payload has no `kind` (written by a foreign writer)."""
 
 
-def queue_stats(conn: Conn, kinds: Sequence[str] = ALL_KINDS) -> dict[str, Any]:
+def queue_stats(conn: Conn) -> dict[str, Any]:
     """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
 
-    Every kind of `kinds`, and every kind found in rows, is listed with every
+    Every known kind, and every kind found in rows, is listed with every
     state (zeros included). The age is `now() - scheduled_at` of the oldest
     pending job that is due (jobs waiting out a backoff are not late); `None`
     when nothing is due.
     """
     kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
     rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
-    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in kinds}
+    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in ALL_KINDS}
     for row_kind, state, number in rows:
         counts.setdefault(row_kind, dict.fromkeys(JOB_STATES, 0))[state] = int(number)
     age = conn.execute(
