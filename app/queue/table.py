@@ -63,9 +63,7 @@ def payload_field(name: str) -> ColumnElement[Any]:
 KIND = payload_field("kind")
 
 
-def run(
-    conn: Conn, statement: str, params: Mapping[str, Any] | None = None
-) -> CursorResult[*TupleAny]:
+def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*TupleAny]:
     """Execute one of the queue's SQL texts (psycopg's `%(name)s` parameters) on
     `conn`, in the caller's transaction; a session is flushed first when it
     autoflushes, as `Session.execute` would.
