@@ -81,9 +81,7 @@ def count_unanalysed(conn: Conn) -> int:
     return int(conn.execute(statement).scalar_one())
 
 
-def unanalysed_page_ids(
-    conn: Conn, *, after: uuid.UUID | None = None, limit: int = 1000
-) -> list[uuid.UUID]:
+def unanalysed_page_ids(conn: Conn, *, after: uuid.UUID | None, limit: int) -> list[uuid.UUID]:
     """The next `limit` pages (by id, after `after`) with no `done` analysis: pass
     the last id of a batch as `after` for the next, so no page is seen twice."""
     statement = select(Page.id).where(~_analysed())
