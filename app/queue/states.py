@@ -100,10 +100,6 @@ _REAP_DONE: Final = (
 )
 
 
-def _ids(result: Iterable[Any]) -> set[uuid.UUID]:
-    return {row[0] for row in result}
-
-
 def _held(leases: Iterable[Lease]) -> list[tuple[uuid.UUID, int]]:
     # Two batched statements touching the same rows lock them in the same
     # order (id order), so the acker and the heartbeat never deadlock.
@@ -120,7 +116,7 @@ def _write(
         return set()
     ids = [job_id for job_id, _ in held]
     generations = [generation for _, generation in held]
-    return _ids(run(conn, statement, {"ids": ids, "generations": generations, **arrays}))
+    return set(run(conn, statement, {"ids": ids, "generations": generations, **arrays}).scalars())
 
 
 def _end_attempts(
@@ -231,7 +227,7 @@ def release_unowned_many(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.U
     ids = sorted(set(job_ids))
     if not ids:
         return set()
-    return _ids(run(conn, _RELEASE_UNOWNED, {"ids": ids}))
+    return set(run(conn, _RELEASE_UNOWNED, {"ids": ids}).scalars())
 
 
 def release_unowned(conn: Conn, job_id: uuid.UUID) -> bool:
@@ -360,7 +356,7 @@ def retry_dead(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     reclaims reset, due now; returns the ids moved (jobs not dead are left).
     A job whose slot (page or chapter) has a job in flight raises the driver's
     unique violation: the caller decides, usually inside a savepoint."""
-    return _ids(run(conn, _RETRY_IDS, {"ids": sorted(set(job_ids))}))
+    return set(run(conn, _RETRY_IDS, {"ids": sorted(set(job_ids))}).scalars())
 
 
 def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
@@ -368,9 +364,9 @@ def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     A dead job whose slot has a job in flight is left dead; of several for
     one slot, the most recently updated is retried. A job enqueued for one
     of those slots meanwhile raises the unique violation."""
-    return [row[0] for row in run(conn, _RETRY_ALL_DEAD, {"kind": kind})]
+    return list(run(conn, _RETRY_ALL_DEAD, {"kind": kind}).scalars())
 
 
 def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     """Dead jobs (of `kind`, if given), most recently updated first."""
-    return [row[0] for row in run(conn, _DEAD_IDS, {"kind": kind})]
+    return list(run(conn, _DEAD_IDS, {"kind": kind}).scalars())
