@@ -139,9 +139,7 @@ class Settings(BaseSettings):
     @field_validator("vision_backend", mode="before")
     @classmethod
     def _backend_lower_case(cls, value: object) -> object:
-        if isinstance(value, str):
-            return value.strip().lower() or None
-        return value
+        return (value.strip().lower() or None) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _http_needs_a_url(self) -> Settings:
