@@ -26,9 +26,7 @@ def database_url(settings: Settings) -> str:
 
 
 def listen_database_url(settings: Settings) -> str | None:
-    """`LISTEN_DATABASE_URL`, normalised; `None` when unset (LISTEN on `DATABASE_URL`).
-    For when `DATABASE_URL` goes through PgBouncer in transaction mode, which
-    cannot hold a LISTEN."""
+    """`LISTEN_DATABASE_URL`, normalised; `None` when unset (LISTEN on `DATABASE_URL`)."""
     return normalise_url(settings.listen_database_url) if settings.listen_database_url else None
 
 
