@@ -90,10 +90,8 @@ class LocalStorage:
         # O_NONBLOCK keeps open() from blocking on a FIFO, which is refused just below;
         # it has no effect on regular files. O_NOFOLLOW: `path` is already resolved,
         # so a symlink here means it was swapped in since.
-        flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0)
-        flags |= getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
         try:
-            fd = os.open(path, flags)
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
         except FileNotFoundError:
             raise ObjectNotFound(f"no object stored under key {key!r}") from None
         except IsADirectoryError:
