@@ -1,19 +1,8 @@
 """The `http` analyzer: a client for an OpenAI-compatible server (llama-server, vLLM, Ollama).
 
-`VisionClient.analyze` is one `POST {base_url}/v1/chat/completions` with the page as a base64
-data URL and the answer schema as `response_format`, retried on transient failures
-(`app.analysis.http_retry`) within the caller's deadline. Errors (all from `app.errors`):
-
-- `VisionRejected`: a 4xx other than 429; not retried.
-- `VisionUnavailable`: retries ran out, or the next would pass the deadline; names the last cause.
-- `DispatchTimeout`: the deadline ran out while a request was waiting.
-- `VisionCancelled`: the caller's cancel event was set.
-- `VisionProtocolError`: a 2xx answer that is not a chat completion.
-- `VisionError`: anything else (an answer cut off, not JSON, not the promised shape). Not
-  retried here: at temperature 0 the same image gives the same answer, so the job's own
-  backoff handles it.
-
-Every message says what happened in words, never the repr of a library's exception.
+Raises only `app.errors` exceptions, with messages in words, never a library exception's repr.
+A 2xx answer that is not a valid analysis (`VisionError`) is not retried here: at temperature 0
+the same image gives the same answer, so the job's own backoff handles it.
 """
 
 from __future__ import annotations
@@ -31,10 +20,10 @@ from app.analysis.analyzer import READY, Readiness, VisionResult
 from app.analysis.answer import ANALYSIS_SCHEMA, SYSTEM_PROMPT, USER_PROMPT, parse_analysis
 from app.analysis.http_retry import ConnectionDropped, RetryingCall, RetryPolicy
 from app.analysis.http_wire import (
+    chat_completion_content,
     completion_payload,
     error_message,
     is_dropped_connection,
-    read_chat_completion,
     transport_reason,
 )
 from app.analysis.images import PreparedImage, data_url
@@ -235,11 +224,12 @@ class VisionClient:
             label=label,
         )
         payload = call.run()
-        completion = read_chat_completion(payload, max_tokens=self.max_tokens)
+        content = chat_completion_content(payload, max_tokens=self.max_tokens)
+        model, usage = payload.get("model"), payload.get("usage")
         return VisionResult(
-            analysis=parse_analysis(completion.content),
-            model=completion.model or self.model,
-            usage=completion.usage,
+            analysis=parse_analysis(content),
+            model=model if isinstance(model, str) and model else self.model,
+            usage=usage if isinstance(usage, dict) else None,
             attempts=call.attempts,
         )
 
@@ -267,7 +257,11 @@ class VisionClient:
                 outcome = _transport_outcome(exc.__cause__)
             raise
         finally:
-            self._notify(time.monotonic() - started, outcome)
+            if self._observer is not None:
+                try:
+                    self._observer.vision_request(time.monotonic() - started, outcome)
+                except Exception:
+                    log.exception("vision observer failed in vision_request")
 
     def _send(self, body: bytes, remaining: float, label: str) -> requests.Response:
         """POST with `(connect, read)` timeouts cut to `remaining`; transport failures
@@ -324,14 +318,6 @@ class VisionClient:
         if self._api_key:
             headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
-
-    def _notify(self, duration_seconds: float, status: str) -> None:
-        if self._observer is None:
-            return
-        try:
-            self._observer.vision_request(duration_seconds, status)
-        except Exception:
-            log.exception("vision observer failed in vision_request")
 
 
 def _transport_outcome(cause: BaseException | None) -> str:

@@ -13,7 +13,6 @@ import json
 import socket
 import ssl
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 import requests
@@ -31,18 +30,8 @@ ERROR_BODY_CHARS: Final = 300
 """How much of a server's error message (or odd answer) goes into an exception."""
 
 
-@dataclass(frozen=True)
-class ChatCompletion:
-    """The parts of a chat completion the client uses. `model` is "" when the server
-    did not name one; `content` is None when the message had none."""
-
-    content: str | None
-    model: str
-    usage: Mapping[str, Any] | None
-
-
-def read_chat_completion(payload: Mapping[str, Any], *, max_tokens: int) -> ChatCompletion:
-    """Pick `choices[0].message.content`, `model` and `usage` out of a response body.
+def chat_completion_content(payload: Mapping[str, Any], *, max_tokens: int) -> str | None:
+    """`choices[0].message.content` of a response body, as text (`None` when it has none).
 
     Raises `VisionProtocolError` when the body is not a chat completion, and
     `VisionError` when the answer was cut off at `max_tokens`.
@@ -59,13 +48,7 @@ def read_chat_completion(payload: Mapping[str, Any], *, max_tokens: int) -> Chat
             f"model answer was cut off at max_tokens={max_tokens} "
             "(finish_reason 'length') before the JSON was complete"
         )
-    model = payload.get("model")
-    usage = payload.get("usage")
-    return ChatCompletion(
-        content=_content_text(message.get("content")),
-        model=model if isinstance(model, str) else "",
-        usage=usage if isinstance(usage, dict) else None,
-    )
+    return _content_text(message.get("content"))
 
 
 def completion_payload(response: requests.Response) -> dict[str, Any]:
