@@ -45,17 +45,9 @@ class VisionResult:
     attempts: int = 1
 
     def record(self) -> AnalysisRecord:
-        """What `app.repos.page_analysis.save_done` stores for this result."""
-        analysis = self.analysis
-        return AnalysisRecord(
-            model=self.model,
-            ocr_text=analysis.ocr_text,
-            tags=analysis.tags,
-            description=analysis.description,
-            nsfw_rating=analysis.nsfw_rating,
-            nsfw_score=analysis.nsfw_score,
-            ocr_blocks=analysis.ocr_blocks,
-        )
+        """What `app.repos.page_analysis.save_done` stores for this result: the analysis's
+        fields and the model."""
+        return AnalysisRecord(model=self.model, **vars(self.analysis))
 
 
 class Analyzer(Protocol):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
@@ -21,6 +22,7 @@ from app.worker.handler import JobContext
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, kw_only=True)
 class PageAnalysisHandler:
     """Reads the page from storage, prepares the image, asks the vision model,
     and stores the answer. Skips pages already analysed unless forced."""
@@ -29,18 +31,10 @@ class PageAnalysisHandler:
     timeout_message = "analysis dispatch timed out"
     writes_result = True
 
-    def __init__(
-        self,
-        *,
-        storage: Storage,
-        vision: Analyzer,
-        max_image_bytes: int,
-        max_side_px: int = DEFAULT_MAX_SIDE_PX,
-    ) -> None:
-        self._storage = storage
-        self._vision = vision
-        self._max_image_bytes = max_image_bytes
-        self._max_side_px = max_side_px
+    storage: Storage
+    vision: Analyzer
+    max_image_bytes: int
+    max_side_px: int = DEFAULT_MAX_SIDE_PX
 
     def load(self, conn: Connection, lease: Lease) -> PageContext | None:
         payload = lease.payload
@@ -81,8 +75,8 @@ class PageAnalysisHandler:
         return {"page_id": str(page.page_id)}
 
     def execute(self, page: PageContext, ctx: JobContext) -> VisionResult:
-        data = self._storage.read_bytes(page.storage_key, self._max_image_bytes)
-        image = prepare_image(data, max_side_px=self._max_side_px)
+        data = self.storage.read_bytes(page.storage_key, self.max_image_bytes)
+        image = prepare_image(data, max_side_px=self.max_side_px)
         if image.reencoded:
             logger.info(
                 "%s: image re-encoded to %s %dx%d for the model",
@@ -91,7 +85,7 @@ class PageAnalysisHandler:
                 image.width,
                 image.height,
             )
-        return self._vision.analyze(
+        return self.vision.analyze(
             image, deadline=ctx.deadline, cancel=ctx.cancel, job_label=ctx.label
         )
 
@@ -104,5 +98,5 @@ class PageAnalysisHandler:
         self, conn: Connection, page: PageContext, error: str, ctx: JobContext
     ) -> None:
         save_failed(
-            conn, page.page_id, error, model=self._vision.model, duration_ms=ctx.elapsed_ms()
+            conn, page.page_id, error, model=self.vision.model, duration_ms=ctx.elapsed_ms()
         )
