@@ -1,7 +1,7 @@
 """The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr` (docs/ocr.md).
 
 Lines are read by `app.analysis.ocr_pipeline` and made into dialogue blocks in reading order
-by `app.analysis.reading`. Only the ONNX models inside rapidocr's wheel are used, by explicit
+by `app.analysis.text_filter`. Only the ONNX models inside rapidocr's wheel are used, by explicit
 path, so rapidocr never resolves (and downloads) a default model.
 
 Threads: worker threads share one engine without a lock. ONNX Runtime documents
@@ -32,7 +32,7 @@ from app.analysis.answer import Analysis
 from app.analysis.images import PreparedImage, undecodable
 from app.analysis.layout import Block
 from app.analysis.ocr_pipeline import read_lines
-from app.analysis.reading import read_page
+from app.analysis.text_filter import read_page
 from app.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)

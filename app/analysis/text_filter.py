@@ -1,4 +1,5 @@
-"""What is not dialogue: furigana, sound effects and stray marks, found among OCR lines.
+"""What a reader reads of OCR lines: dialogue blocks in reading order (`read_page`), without
+furigana, sound effects and stray marks.
 
 Pure functions over `TextLine`s, so tests feed boxes directly. The rules, and what they cost
 in recall, are in docs/ocr.md ("What is not text"); the thresholds are the constants below.
@@ -11,7 +12,11 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Final
 
-from app.analysis.layout import Block, TextLine
+import numpy as np
+from numpy.typing import NDArray
+
+from app.analysis.layout import Block, TextLine, reading_order
+from app.analysis.panels import find_panels
 
 FURIGANA_MAX_RATIO: Final = 0.7
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
@@ -33,6 +38,26 @@ OVERSIZED_MIN_SCORE: Final = 0.9
 when it is mostly kanji (`SHOUT_MIN_KANJI`)."""
 SHOUT_MIN_KANJI: Final = 0.5
 """Oversized lettering at least this share kanji (of its letters) is a shout, not an effect."""
+MIN_CJK_SHARE_RTL: Final = 0.1
+"""A page reads right to left when at least this share of its letters is CJK (kana, kanji)."""
+
+
+def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) -> list[Block]:
+    """The page's dialogue blocks in reading order. `grey`: the page (for its panels)."""
+    kept = dialogue_lines(lines)
+    right_to_left = is_right_to_left(kept)
+    panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
+    blocks = reading_order(kept, panels, right_to_left=right_to_left)
+    return dialogue_blocks([block for block in blocks if block.text])
+
+
+def is_right_to_left(lines: Sequence[TextLine]) -> bool:
+    """Manga order unless the page's letters are (almost) all Latin."""
+    letters = [char for line in lines for char in line.text if unicodedata.category(char)[0] == "L"]
+    if not letters:
+        return True
+    cjk = sum(1 for char in letters if not char.isascii())
+    return cjk >= MIN_CJK_SHARE_RTL * len(letters)
 
 
 def is_kana(text: str) -> bool:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from app.analysis.layout import TextLine, reading_order
-from app.analysis.reading import is_right_to_left, read_page
 from app.analysis.text_filter import (
     dialogue_blocks,
     dialogue_lines,
     is_furigana,
     is_kana,
     is_mark,
+    is_right_to_left,
+    read_page,
 )
 
 
