@@ -139,7 +139,9 @@ class VisionClient:
         self.max_tokens = max_tokens
         self.connect_timeout = connect_timeout
         self.read_timeout = read_timeout
-        self._api_key = api_key
+        self._headers = {"Accept": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
         self._observer = observer
         self._sessions = ThreadSessions(session_factory)
 
@@ -166,7 +168,7 @@ class VisionClient:
         timeout = (min(self.connect_timeout, HEALTH_TIMEOUT_SECONDS), HEALTH_TIMEOUT_SECONDS)
         try:
             with self._sessions.get().get(
-                self.health_url, timeout=timeout, headers=self._headers(), allow_redirects=False
+                self.health_url, timeout=timeout, headers=self._headers, allow_redirects=False
             ) as response:
                 if 200 <= response.status_code < 300:
                     return READY
@@ -268,13 +270,11 @@ class VisionClient:
         become `DispatchTimeout` (the deadline's), `VisionUnavailable` or `VisionError`."""
         connect_timeout = min(self.connect_timeout, remaining)
         read_timeout = min(self.read_timeout, remaining)
-        headers = self._headers()
-        headers["Content-Type"] = "application/json"
         try:
             return self._sessions.get().post(
                 self.chat_url,
                 data=body,
-                headers=headers,
+                headers={**self._headers, "Content-Type": "application/json"},
                 timeout=(connect_timeout, read_timeout),
                 allow_redirects=False,
             )
@@ -312,12 +312,6 @@ class VisionClient:
             raise VisionError(
                 f"vision request to {self.chat_url} failed: {transport_reason(exc)}"
             ) from exc
-
-    def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        return headers
 
 
 def _transport_outcome(cause: BaseException | None) -> str:

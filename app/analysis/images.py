@@ -1,9 +1,7 @@
 """Turn stored page bytes into an image the vision server can take: PNG or JPEG, bounded size.
 
-PNG and JPEG that are small enough go through untouched (same bytes); everything else Pillow
-reads is re-encoded: llama.cpp's stb_image reads neither WebP nor CMYK JPEG. Decompression
-bombs are refused from the header size, before any pixel is decoded; Pillow's global
-`Image.MAX_IMAGE_PIXELS` is honoured but never changed (it belongs to the host process).
+Pillow's global `Image.MAX_IMAGE_PIXELS` is honoured but never changed (it belongs to the host
+process).
 """
 
 from __future__ import annotations
@@ -53,11 +51,11 @@ def prepare_image(
 ) -> PreparedImage:
     """Validate `data` and return it as PNG or JPEG with a long side of at most `max_side_px`.
 
-    Passes PNG/JPEG through unchanged when it needs no scaling, rotation or
-    colour conversion. Re-encodes everything else: to PNG when the image has
-    transparency, to JPEG otherwise. Raises `ImageError` for undecodable data
-    and for images declaring more than `max_pixels` pixels (or more than
-    Pillow's `Image.MAX_IMAGE_PIXELS`, when that is lower).
+    Passes PNG/JPEG through unchanged (same bytes) when it needs no scaling, rotation or
+    colour conversion. Re-encodes everything else (llama.cpp's stb_image reads neither WebP
+    nor CMYK JPEG): to PNG when the image has transparency, to JPEG otherwise. Raises
+    `ImageError` for undecodable data and, before decoding a pixel, for images declaring more
+    than `max_pixels` pixels (or more than Pillow's `Image.MAX_IMAGE_PIXELS`, when lower).
     """
     if max_side_px < 1:
         raise ValueError(f"max_side_px must be >= 1, got {max_side_px}")

@@ -6,8 +6,7 @@ and enlarged only when its lettering is small; each line is recognised from the
 full-resolution image (docs/ocr.md, "What it reads").
 
 Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
-than its `__call__`, which has no per-call scale. They keep no per-call state that differs
-between calls, so threads may share one engine.
+than its `__call__`, which has no per-call scale (why threads may share them: `app.analysis.ocr`).
 """
 
 from __future__ import annotations
