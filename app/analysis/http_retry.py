@@ -67,7 +67,7 @@ class RetryingCall(Generic[T]):
         self._attempt = attempt
         self._policy = policy
         self._deadline = deadline
-        self._cancel = cancel
+        self._cancel = cancel if cancel is not None else threading.Event()
         self._label = label
         self._last_failure: BaseException | None = None
         self._exponential = wait_exponential(
@@ -92,14 +92,11 @@ class RetryingCall(Generic[T]):
 
     def _stop(self, state: RetryCallState) -> bool:
         return (
-            self._cancelled()
+            self._cancel.is_set()
             or state.attempt_number >= self._policy.max_attempts
             # Never start a sleep whose end is already past the deadline.
             or time.monotonic() + state.upcoming_sleep >= self._deadline
         )
-
-    def _cancelled(self) -> bool:
-        return self._cancel is not None and self._cancel.is_set()
 
     def _backoff(self, state: RetryCallState) -> float:
         if state.attempt_number == 1 and isinstance(_failure(state), ConnectionDropped):
@@ -110,10 +107,7 @@ class RetryingCall(Generic[T]):
     def _pause(self, seconds: float) -> None:
         # cancel.wait returns as soon as the event is set, so a shutdown
         # does not wait out a backoff; the stop check then sees the event.
-        if self._cancel is not None:
-            self._cancel.wait(seconds)
-        else:
-            time.sleep(seconds)
+        self._cancel.wait(seconds)
         if time.monotonic() >= self._deadline:
             # A sleep that was to end in time overran it (a busy machine): give up as
             # the stop check would have, naming the last real failure. Tenacity lets
@@ -137,7 +131,7 @@ class RetryingCall(Generic[T]):
 
     def _give_up(self, state: RetryCallState) -> NoReturn:
         cause = _failure(state)
-        if self._cancelled():
+        if self._cancel.is_set():
             raise VisionCancelled(
                 f"analysis{self._label} cancelled after {self.attempts} attempt(s)"
             ) from cause

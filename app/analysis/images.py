@@ -173,10 +173,7 @@ def _prepare(image: Image.Image, original: bytes, max_side_px: int) -> PreparedI
 def _scaled_size(size: tuple[int, int], max_side_px: int) -> tuple[int, int]:
     """`size` scaled so its long side is `max_side_px`, keeping the aspect ratio."""
     width, height = size
-    long_side = max(width, height)
-    if long_side <= max_side_px:
-        return size
-    scale = max_side_px / long_side
+    scale = max_side_px / max(width, height)
     return max(1, round(width * scale)), max(1, round(height * scale))
 
 

@@ -108,9 +108,8 @@ class Block:
     def score(self) -> float:
         """The recogniser's confidence over the block, weighted by characters."""
         weights = [max(1, len(line.text)) for line in self.lines]
-        return sum(w * line.score for w, line in zip(weights, self.lines, strict=True)) / sum(
-            weights
-        )
+        weighted = sum(w * line.score for w, line in zip(weights, self.lines, strict=True))
+        return weighted / sum(weights)
 
     def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
         """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;

@@ -230,7 +230,7 @@ class OcrAnalyzer:
             self.load()
         page = _decode(image)
         try:
-            blocks = [block for block in self._read(self._engine, page) if block.text]
+            blocks = self._read(self._engine, page)
         finally:
             if (trim := _malloc_trim()) is not None:
                 trim(0)
