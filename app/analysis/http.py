@@ -70,24 +70,21 @@ class ThreadSessions:
     closed by the next `close`.
     """
 
-    def __init__(self, factory: Callable[[], requests.Session] = requests.Session) -> None:
+    def __init__(self, factory: Callable[[], requests.Session]) -> None:
         self._factory = factory
-        self._local = threading.local()
         self._lock = threading.Lock()
         self._open: dict[threading.Thread, requests.Session] = {}
-        self._generation = 0
 
     def get(self) -> requests.Session:
         """The calling thread's session."""
-        held: tuple[int, requests.Session] | None = getattr(self._local, "held", None)
-        if held is not None and held[0] == self._generation:
-            return held[1]
-        session = self._factory()
+        thread = threading.current_thread()
         with self._lock:
-            ended = [thread for thread in self._open if not thread.is_alive()]
-            orphans = [self._open.pop(thread) for thread in ended]
-            self._open[threading.current_thread()] = session
-            self._local.held = (self._generation, session)
+            session = self._open.get(thread)
+            if session is not None:
+                return session
+            ended = [other for other in self._open if not other.is_alive()]
+            orphans = [self._open.pop(other) for other in ended]
+            session = self._open[thread] = self._factory()
         for orphan in orphans:
             orphan.close()
         return session
@@ -97,7 +94,6 @@ class ThreadSessions:
         with self._lock:
             sessions = list(self._open.values())
             self._open.clear()
-            self._generation += 1
         for session in sessions:
             session.close()
 
