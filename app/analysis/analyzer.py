@@ -45,8 +45,7 @@ class VisionResult:
     attempts: int = 1
 
     def record(self) -> AnalysisRecord:
-        """What `app.repos.page_analysis.save_done` stores for this result: the analysis's
-        fields and the model."""
+        """What `app.repos.page_analysis.save_done` stores: the analysis's fields and the model."""
         return AnalysisRecord(model=self.model, **vars(self.analysis))
 
 

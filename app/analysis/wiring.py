@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from typing import Protocol
 
 from sqlalchemy import Engine
 
-from app.analysis.analyzer import Analyzer
+from app.analysis.analyzer import Analyzer, Readiness
 from app.analysis.events import analysis_event_bus
 from app.analysis.handler import PageAnalysisHandler
 from app.analysis.http import VisionClient, VisionObserver
@@ -20,7 +20,7 @@ from app.errors import ServiceError
 from app.storage import LocalStorage
 from app.worker.events import EventBus
 from app.worker.observer import RunnerObserver
-from app.worker.readiness import Probe, ProbeAnswer, ReadinessGate
+from app.worker.readiness import Probe, ReadinessGate
 from app.worker.runner import Runner
 
 logger = logging.getLogger(__name__)
@@ -126,14 +126,14 @@ class AnalysisObserver(VisionObserver, Protocol):
         ...
 
 
-def _reporting(probe: Probe, observer: AnalysisObserver | None) -> Probe:
+def _reporting(probe: Callable[[], Readiness], observer: AnalysisObserver | None) -> Probe:
     if observer is None:
         return probe
 
-    def reported() -> bool | ProbeAnswer:
+    def reported() -> Readiness:
         answer = probe()
         try:
-            observer.vision_probed(answer if isinstance(answer, bool) else answer.ready)
+            observer.vision_probed(answer.ready)
         except Exception:
             logger.exception("vision observer failed in vision_probed")
         return answer
