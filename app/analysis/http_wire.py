@@ -177,12 +177,8 @@ def _content_text(content: object) -> str | None:
     if content is None or isinstance(content, str):
         return content
     if isinstance(content, list):
-        parts = [
-            part["text"]
-            for part in content
-            if isinstance(part, dict) and isinstance(part.get("text"), str)
-        ]
-        return "".join(parts)
+        texts = (part.get("text") if isinstance(part, dict) else None for part in content)
+        return "".join(text for text in texts if isinstance(text, str))
     raise not_chat_completion(f"message content is a {type(content).__name__}, not text")
 
 

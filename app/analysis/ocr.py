@@ -1,8 +1,7 @@
 """The `ocr` analyzer: in-process OCR with rapidocr, for `VISION_BACKEND=ocr` (docs/ocr.md).
 
-Lines are read by `app.analysis.ocr_pipeline` and made into dialogue blocks in reading order
-by `app.analysis.text_filter`. Only the ONNX models inside rapidocr's wheel are used, by explicit
-path, so rapidocr never resolves (and downloads) a default model.
+Only the ONNX models inside rapidocr's wheel are used, by explicit path, so rapidocr never
+resolves (and downloads) a default model.
 
 Threads: worker threads share one engine without a lock. ONNX Runtime documents
 `InferenceSession.run` as safe to call concurrently, and the model wrappers of rapidocr 3.x

@@ -1,9 +1,8 @@
 """Detection and recognition with rapidocr's models, at a scale chosen for the lettering.
 
-rapidocr's own pipeline sizes the detector's input by the image (it enlarges the short side
-to 736 px). Here a page is detected at its own size, only ever scaled down to `DET_MAX_SIDE`,
-and enlarged only when its lettering is small; each line is recognised from the
-full-resolution image (docs/ocr.md, "What it reads").
+rapidocr's own pipeline enlarges the short side to 736 px. Here a page is detected at its own
+size (scaled down to `DET_MAX_SIDE` at most), enlarged only when its lettering is small; each
+line is recognised from the full-resolution image (docs/ocr.md, "What it reads").
 
 Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
 than its `__call__`, which has no per-call scale (why threads may share them: `app.analysis.ocr`).
