@@ -83,8 +83,7 @@ class RetryingCall(Generic[T]):
             before_sleep=self._log_retry,
             retry_error_callback=self._give_up,
         )
-        result: T = retrying(self._counted)
-        return result
+        return retrying(self._counted)
 
     def _counted(self) -> T:
         self.attempts += 1

@@ -128,8 +128,7 @@ def _prepare(image: Image.Image, original: bytes, max_side_px: int) -> PreparedI
     # Orientations 5..8 turn the image a quarter: its upright width is the stored height.
     upright_size = (height, width) if orientation in range(5, 9) else (width, height)
     passthrough_mime = _PASSTHROUGH_MIME.get(source_format)
-    # llama.cpp's stb_image cannot read CMYK JPEGs; model servers ignore EXIF
-    # orientation, so a rotated photo must be turned upright by re-encoding.
+    # Model servers ignore EXIF orientation: a rotated photo is turned upright by re-encoding.
     if (
         passthrough_mime is not None
         and long_side <= max_side_px

@@ -195,9 +195,7 @@ def _near(a: TextLine, b: TextLine) -> bool:
     else:
         beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
         below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
-    if below and min(a.score, b.score) < CONTINUE_MIN_SCORE:
-        below = False
-    return beside or below
+    return beside or (below and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
 
 
 def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
