@@ -1,10 +1,9 @@
 """The answer the vision model must give: the prompt, its JSON schema, and a validating parser.
 
 The parser validates, because servers enforce only part of a schema (llama.cpp's grammar
-ignores a number's `minimum`/`maximum`; some servers ignore the schema entirely). Over-long
-strings are truncated and extra tags dropped rather than failing the page: at temperature 0 a
-retry gives the same answer, so rejecting would only turn a usable transcription into a dead
-job. Anything else that is not the shape is a `VisionError`.
+ignores a number's `minimum`/`maximum`; some ignore the schema). Over-long strings are cut and
+extra tags dropped rather than failing the page: at temperature 0 a retry gives the same
+answer, so rejecting would only turn a usable transcription into a dead job.
 """
 
 from __future__ import annotations

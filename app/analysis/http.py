@@ -100,9 +100,8 @@ class ThreadSessions:
 
 class VisionClient:
     """The `http` analyzer: talks to one OpenAI-compatible server. Thread-safe: a call keeps
-    its state on its own stack, and each thread has its own session (`ThreadSessions`, made
-    by `session_factory`). `max_attempts` and the `retry_*` arguments make its `RetryPolicy`.
-    """
+    its state on its own stack, and each thread has its own session (from `session_factory`).
+    `max_attempts` and the `retry_*` arguments make its `RetryPolicy`."""
 
     def __init__(
         self,

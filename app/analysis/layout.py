@@ -1,8 +1,5 @@
-"""Text blocks from OCR lines, and their reading order (the rules: docs/ocr.md, "Blocks").
-
-Lines are grouped into blocks (a bubble, a caption), the lines of a block put in order, and
-the blocks read panel by panel (`app.analysis.panels`), in rows top to bottom, each row right
-to left (left to right on a left-to-right page). Pure functions: tests feed boxes directly.
+"""Text blocks (a bubble, a caption) from OCR lines, and their reading order (the rules:
+docs/ocr.md, "Blocks"). Pure functions: tests feed boxes directly.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 
 A gutter is a band of light pixels crossing a whole region. The page is cut recursively (an
 XY cut): rows of panels at full-width gutters, then each row into panels, and so on a few
-levels deep; a page wider than tall (a spread) is cut down first. A page with no clear
-gutters is one panel. Pure numpy over a greyscale array.
+levels deep. A page with no clear gutters is one panel. Pure numpy over a greyscale array.
 """
 
 from __future__ import annotations
