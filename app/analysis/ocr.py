@@ -165,7 +165,10 @@ class OcrAnalyzer:
                     "Rec.model_path": str(self.rec_model_path),
                 }
                 engine = RapidOCR(params=params)
-                warm_up = " ".join(block.text for block in self._read(engine, _warm_up_image()))
+                image = Image.new("RGB", (320, 64), "white")
+                font = ImageFont.load_default(30)
+                ImageDraw.Draw(image).text((16, 14), WARM_UP_TEXT, fill="black", font=font)
+                warm_up = " ".join(block.text for block in self._read(engine, image))
             except Exception as exc:
                 raise OcrModelError(
                     f"OCR models failed to load: {type(exc).__name__}: {exc}"
@@ -285,11 +288,3 @@ def _decode(image: PreparedImage) -> Image.Image:
             return opened.convert("RGB")
     except Exception as exc:
         raise ImageError(f"cannot decode page image for OCR: {undecodable(exc)}") from exc
-
-
-def _warm_up_image() -> Image.Image:
-    image = Image.new("RGB", (320, 64), "white")
-    ImageDraw.Draw(image).text(
-        (16, 14), WARM_UP_TEXT, fill="black", font=ImageFont.load_default(30)
-    )
-    return image
