@@ -139,13 +139,6 @@ def _safe_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
-MIGRATE_THROUGH_POOLER_HINT = (
-    "migrations need a direct connection: if DATABASE_URL goes through PgBouncer, "
-    "run `migrate` with DATABASE_URL set to Postgres itself"
-)
-"""Said with a failed `migrate`: DDL may outlast a pooler's timeouts or need a session."""
-
-
 def migrate(settings: Settings) -> int:
     from app.migrations import migrate as migrate_database
 
@@ -158,7 +151,13 @@ def migrate(settings: Settings) -> int:
     except SQLAlchemyError as exc:
         unreachable = "cannot reach the database: " if isinstance(exc, OperationalError) else ""
         cause = _first_line(getattr(exc, "orig", None) or exc)
-        logger.error("migrate failed: %s%s (%s)", unreachable, cause, MIGRATE_THROUGH_POOLER_HINT)
+        # DDL may outlast a pooler's timeouts or need a session.
+        logger.error(
+            "migrate failed: %s%s (migrations need a direct connection: if DATABASE_URL goes "
+            "through PgBouncer, run `migrate` with DATABASE_URL set to Postgres itself)",
+            unreachable,
+            cause,
+        )
         return EXIT_FAILED
     if before == after:
         print(f"database at revision {after} (head): nothing to do")
@@ -239,12 +238,6 @@ def _analyzer_label(settings: Settings) -> str:
 
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     """Run the workers until a stop signal; 0 after a graceful stop."""
-    graceful = GracefulStop("stopping; in-flight jobs are released")
-    with graceful.installed():
-        return _run_worker(settings, migrate_first, graceful)
-
-
-def _run_worker(settings: Settings, migrate_first: bool | None, graceful: GracefulStop) -> int:
     from app.analysis.wiring import analysis_runner
     from app.migrations import revisions, upgrade_head
     from app.observability.metrics import serving_metrics
@@ -252,49 +245,51 @@ def _run_worker(settings: Settings, migrate_first: bool | None, graceful: Gracef
 
     if migrate_first is None:
         migrate_first = not settings.database_url
-    engine = make_engine(settings)
-    url = engine.url.render_as_string(hide_password=False)
-    try:
-        revision, head = revisions(engine)
-        if revision != head:
-            if not migrate_first:
-                logger.error(
-                    "the database is at revision %s but the code needs %s: run `make migrate` "
-                    "(alembic upgrade head), or start with --migrate",
-                    revision,
-                    head,
-                )
-                return EXIT_MIGRATIONS_PENDING
-            logger.info("applying migrations (%s -> %s)", revision, head)
-            upgrade_head(url)
-        if graceful.requested.is_set():
-            logger.info("run-worker stopped before it started")
-            return 0
+    graceful = GracefulStop("stopping; in-flight jobs are released")
+    with graceful.installed():
+        engine = make_engine(settings)
+        url = engine.url.render_as_string(hide_password=False)
+        try:
+            revision, head = revisions(engine)
+            if revision != head:
+                if not migrate_first:
+                    logger.error(
+                        "the database is at revision %s but the code needs %s: run `make migrate` "
+                        "(alembic upgrade head), or start with --migrate",
+                        revision,
+                        head,
+                    )
+                    return EXIT_MIGRATIONS_PENDING
+                logger.info("applying migrations (%s -> %s)", revision, head)
+                upgrade_head(url)
+            if graceful.requested.is_set():
+                logger.info("run-worker stopped before it started")
+                return 0
 
-        with (
-            serving_metrics(settings, engine, kinds=[KIND_ANALYZE_PAGE]) as metrics,
-            analysis_runner(
-                settings, engine=engine, observer=metrics, vision_observer=metrics
-            ) as runner,
-        ):
-            logger.info(
-                "run-worker: database %s, analyzer %s, storage %s, "
-                "%d worker(s), job timeout %.0f s",
-                _safe_url(url),
-                _analyzer_label(settings),
-                settings.storage_root.resolve(),
-                settings.analysis_workers,
-                settings.job_timeout_seconds,
-            )
-            graceful.on_stop(runner.stop)
-            runner.start()
-            while not runner.wait_stopping(0.5):
-                pass
-            runner.join(settings.shutdown_grace_seconds)
-        logger.info("run-worker stopped")
-        return 0
-    finally:
-        engine.dispose()
+            with (
+                serving_metrics(settings, engine, kinds=[KIND_ANALYZE_PAGE]) as metrics,
+                analysis_runner(
+                    settings, engine=engine, observer=metrics, vision_observer=metrics
+                ) as runner,
+            ):
+                logger.info(
+                    "run-worker: database %s, analyzer %s, storage %s, "
+                    "%d worker(s), job timeout %.0f s",
+                    _safe_url(url),
+                    _analyzer_label(settings),
+                    settings.storage_root.resolve(),
+                    settings.analysis_workers,
+                    settings.job_timeout_seconds,
+                )
+                graceful.on_stop(runner.stop)
+                runner.start()
+                while not runner.wait_stopping(0.5):
+                    pass
+                runner.join(settings.shutdown_grace_seconds)
+            logger.info("run-worker stopped")
+            return 0
+        finally:
+            engine.dispose()
 
 
 if __name__ == "__main__":  # pragma: no cover

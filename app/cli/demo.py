@@ -16,7 +16,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, Row, func, select
+from sqlalchemy import Engine, Row, func, select
 
 from app.analysis.events import analysis_event_bus
 from app.analysis.ocr import OcrAnalyzer
@@ -66,7 +66,10 @@ def run_demo(
     progress = _Progress(pages, ocr, say)
     events = analysis_event_bus(engine)
     events.subscribe(progress.on_event)
-    say(_backend_line(settings, ocr))
+    if ocr is not None:
+        say(f"Analyzer: in-process OCR, {ocr.model}; loading the model...")
+    else:
+        say(f"Analyzer: vision model server {settings.vision_url} (model {settings.vision_model})")
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
@@ -96,13 +99,11 @@ def run_demo(
     earlier = {row.number for row in rows if row.status != "not analysed"} - {
         number for page_id, number in pages.items() if progress.ended(page_id)
     }
-    for line in _table(rows, earlier):
-        say(line)
+    say("\n".join(_table(rows, earlier)))
     if earlier:
         say("  * an earlier run's analysis: this run did not finish that page")
     say()
-    for line in _where(settings, database_label):
-        say(line)
+    say("\n".join(_where(settings, database_label)))
     all_done = drained and all(row.status == "done" for row in rows)
     return 0 if all_done else 1
 
@@ -167,18 +168,23 @@ class _Progress:
         return not active
 
 
-def _backend_line(settings: Settings, ocr: OcrAnalyzer | None) -> str:
-    if ocr is not None:
-        return f"Analyzer: in-process OCR, {ocr.model}; loading the model..."
-    return f"Analyzer: vision model server {settings.vision_url} (model {settings.vision_model})"
-
-
 def _prepare_pages(engine: Engine, storage_root: Path) -> tuple[dict[uuid.UUID, int], bool]:
     """The demo's pages (id -> number, in page order), and whether they were reused."""
     images = sorted(p for p in SAMPLE_FOLDER.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     with engine.begin() as conn:
-        existing = _existing_pages(conn)
-        if existing is not None and len(existing) == len(images):
+        chapter_id = conn.execute(
+            select(Chapter.id)
+            .join(Manga, Manga.id == Chapter.manga_id)
+            .where(Manga.title == SAMPLE_TITLE, Chapter.number == SAMPLE_CHAPTER)
+            .order_by(Manga.created_at.desc())
+            .limit(1)
+        ).scalar_one_or_none()
+        existing = conn.execute(
+            select(Page.id, Page.number, Page.storage_key)
+            .where(Page.chapter_id == chapter_id)
+            .order_by(Page.number)
+        ).all()
+        if chapter_id is not None and len(existing) == len(images):
             for (page_id, _number, key), image in zip(existing, images, strict=True):
                 # STORAGE_ROOT may have changed since the first run: put the image back.
                 target = storage_root / key
@@ -194,27 +200,9 @@ def _prepare_pages(engine: Engine, storage_root: Path) -> tuple[dict[uuid.UUID, 
         SAMPLE_FOLDER,
         title=SAMPLE_TITLE,
         chapter=SAMPLE_CHAPTER,
-        new_manga=existing is not None,
+        new_manga=chapter_id is not None,
     )
     return {page.page_id: page.number for page in result.pages}, False
-
-
-def _existing_pages(conn: Connection) -> list[tuple[uuid.UUID, int, str]] | None:
-    chapter_id = conn.execute(
-        select(Chapter.id)
-        .join(Manga, Manga.id == Chapter.manga_id)
-        .where(Manga.title == SAMPLE_TITLE, Chapter.number == SAMPLE_CHAPTER)
-        .order_by(Manga.created_at.desc())
-        .limit(1)
-    ).scalar_one_or_none()
-    if chapter_id is None:
-        return None
-    rows = conn.execute(
-        select(Page.id, Page.number, Page.storage_key)
-        .where(Page.chapter_id == chapter_id)
-        .order_by(Page.number)
-    ).all()
-    return [(row.id, row.number, row.storage_key) for row in rows]
 
 
 def _results(engine: Engine, pages: dict[uuid.UUID, int]) -> list[Row[Any]]:
@@ -237,7 +225,7 @@ def _results(engine: Engine, pages: dict[uuid.UUID, int]) -> list[Row[Any]]:
         )
 
 
-def _table(rows: Sequence[Row[Any]], earlier: Set[int] = frozenset()) -> list[str]:
+def _table(rows: Sequence[Row[Any]], earlier: Set[int]) -> list[str]:
     """The results table; pages in `earlier` (by number) show an earlier run's analysis."""
     lines = [f"{'page':>4}  {'status':<12}  {'duration':>8}  OCR text (one bubble per ' / ')"]
     for row in rows:
