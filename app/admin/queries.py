@@ -115,11 +115,9 @@ def list_jobs(
 
     Returns `{"jobs": [...], "next_cursor": str | None}`; pass `next_cursor`
     back as `cursor` for the next page (`None`: this was the last). Each job
-    carries a human `label` ("Title ch. 12 p. 3" for page analysis; the
-    manga or chapter for sync jobs; `None` when nothing is known), built in
-    the same single query as the page. An unknown `state`, a bad `limit` or a
-    cursor this API did not issue raise `BadRequest`. `kind` is any string
-    (hosts run kinds of their own).
+    carries a human `label` (`app.admin.labels`; `None` when nothing is known).
+    An unknown `state`, a bad `limit` or a cursor this API did not issue raise
+    `BadRequest`. `kind` is any string (hosts run kinds of their own).
     """
     if state is not None and state not in JOB_STATES:
         raise BadRequest(f"state must be one of {', '.join(JOB_STATES)}")

@@ -61,21 +61,19 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
 
     A dead job whose page (or chapter) already has a job in flight is skipped
     and left dead; of several dead jobs for one page, the most recently
-    updated is retried and the others are skipped. One statement in the
-    common case; if a job is enqueued for one of those pages meanwhile, the
-    statement's unique violation is rolled back to a savepoint and the jobs
-    are retried one by one instead.
+    updated is retried and the others are skipped.
     """
     check_kind(kind)
     try:
         with conn.begin_nested():
             retried = retry_all_dead(conn, kind)
     except IntegrityError as exc:
+        # A job was enqueued for one of those pages meanwhile: the batch is rolled
+        # back to its savepoint; one savepoint per job, so a clash skips that job only.
         if _constraint(exc) not in DEDUP_INDEXES:
             raise
         logger.info("a dead job's slot was taken during the batch retry; retrying one by one")
         retried = []
-        # One savepoint per job: a dedup clash skips that job, not the batch.
         for job_id in dead_job_ids(conn, kind):
             with suppress(Conflict):
                 if _retry_one(conn, job_id):

@@ -2,7 +2,7 @@
 `request-analysis`.
 
 Each prints a table, or with `--json` exactly the JSON body of the matching admin
-API route. Exit codes: 0 ok, 1 the command failed (unknown id, conflict), 2 bad usage.
+API route.
 """
 
 from __future__ import annotations
@@ -52,8 +52,7 @@ def run(args: argparse.Namespace, engine: Engine, *, reap_retention_days: int = 
 
 def request_analysis(engine: Engine, page_id: uuid.UUID, *, force: bool) -> int:
     """What `POST api/pages/<id>/analysis` does: prints the id of the job that will
-    analyse the page (an in-flight one is reused). Kept for scripts; `analyze
-    --page` is the operator's command and says what it enqueued or skipped."""
+    analyse the page (an in-flight one is reused)."""
     try:
         with engine.begin() as conn:
             job_id = admin.request_page_analysis(conn, page_id, force=force)["job_id"]

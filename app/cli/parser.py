@@ -11,7 +11,7 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Final, NoReturn
 
 from app import admin
 from app.cli.shutdown import EXIT_USAGE
@@ -185,12 +185,7 @@ def build_parser() -> UsageParser:
         default=300.0,
         help="give up after this many seconds (default 300)",
     )
-    _add_operator_commands(commands)
-    return parser
 
-
-def _add_operator_commands(commands: Any) -> None:
-    """Add `jobs ...` and `analyze` to the `add_subparsers()` object `commands`."""
     jobs = commands.add_parser(
         "jobs",
         help="inspect and steer the job queue (stats, list, retry, reap, reclaim)",
@@ -272,6 +267,7 @@ def _add_operator_commands(commands: Any) -> None:
     analyze.add_argument(
         "--force", action="store_true", help="re-analyse pages even if already analysed"
     )
+    return parser
 
 
 def check_usage(args: argparse.Namespace) -> None:

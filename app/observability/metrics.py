@@ -36,8 +36,6 @@ VISION_DURATION_BUCKETS: Final = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0,
 )  # fmt: skip
 """One model request: well under a second for an error, seconds to minutes for an answer."""
-DEFAULT_SAMPLE_SECONDS: Final = 15.0
-"""How often `queue_jobs` is refreshed from the database."""
 
 
 class WorkerMetrics:
@@ -163,10 +161,9 @@ class QueueSampler:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout)
+        self._thread.join(5.0)
 
     def sample(self) -> bool:
         """One sample now; `True` if it reached the database."""
@@ -207,12 +204,7 @@ class MetricsServerError(ServiceError):
 
 @contextmanager
 def serve_metrics(
-    engine: Engine,
-    metrics: WorkerMetrics,
-    *,
-    host: str,
-    port: int,
-    sample_seconds: float = DEFAULT_SAMPLE_SECONDS,
+    engine: Engine, metrics: WorkerMetrics, *, host: str, port: int, sample_seconds: float
 ) -> Iterator[int]:
     """Serve `metrics.registry` at `http://host:port/metrics` and sample the queue,
     until the block ends; yields the bound port (`port=0` picks a free one) and logs
