@@ -28,8 +28,6 @@ from app.queue.table import KIND, jobs, payload_field
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
 
-# --- input parsing -------------------------------------------------------------
-
 
 def parse_uuid(value: str, what: str = "id") -> uuid.UUID:
     """`value` as a UUID; `BadRequest` naming `what` when it is not one."""
@@ -78,9 +76,6 @@ def parse_force_body(raw: bytes) -> bool:
     if not isinstance(force, bool):
         raise BadRequest("force must be true or false")
     return force
-
-
-# --- listing -----------------------------------------------------------------
 
 
 def encode_cursor(updated_at: datetime, job_id: uuid.UUID) -> str:
@@ -171,9 +166,6 @@ def list_jobs(
         ],
         "next_cursor": next_cursor,
     }
-
-
-# --- page analysis -----------------------------------------------------------
 
 
 def get_page_analysis(conn: Conn, page_id: uuid.UUID) -> dict[str, Any]:

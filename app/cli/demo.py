@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence, Set
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import Any, Final
 
@@ -53,10 +54,7 @@ def run_demo(
 
     The database must be migrated. Worker threads are stopped and joined before returning.
     """
-
-    def say(line: str = "") -> None:
-        print(line, flush=True)
-
+    say = partial(print, flush=True)
     pages, reused = _prepare_pages(engine, settings.storage_root)
     say(
         f"{'Reusing' if reused else 'Imported'} {SAMPLE_TITLE!r}: {len(pages)} page(s) from "

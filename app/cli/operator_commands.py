@@ -63,9 +63,6 @@ def request_analysis(engine: Engine, page_id: uuid.UUID, *, force: bool) -> int:
     return 0
 
 
-# --- jobs ---------------------------------------------------------------------
-
-
 def jobs_stats(engine: Engine, *, as_json: bool) -> int:
     with engine.connect() as conn:
         stats = admin.queue_stats(conn)
@@ -175,9 +172,6 @@ def jobs_reclaim(engine: Engine) -> int:
     return 0
 
 
-# --- analyze ------------------------------------------------------------------
-
-
 def analyze(engine: Engine, args: argparse.Namespace) -> int:
     counts = RequestCounts()
     # A bar for many pages, on a terminal only.
@@ -228,9 +222,6 @@ def counts_text(counts: RequestCounts, *, force: bool) -> str:
     if counts.already_done:
         reasons.append(f"{counts.already_done} already analysed: add --force to redo")
     return text + (f" ({'; '.join(reasons)})" if reasons else "")
-
-
-# --- terminal output ------------------------------------------------------------
 
 
 def print_json(body: Any) -> None:
