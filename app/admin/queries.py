@@ -1,9 +1,8 @@
 """Admin queries and actions: job listing, input parsing, page analysis.
 
 Every returned dict is JSON-ready (UUIDs as str, times ISO 8601 with an offset)
-and is exactly the body of the matching admin route, so the CLI's `--json` and
-the HTTP API print the same thing. Bad input raises a subclass of `AdminError`,
-which carries the HTTP status and machine code the web layers answer with.
+and is exactly the body of the matching admin route (the CLI's `--json` prints
+it too). Bad input raises `BadRequest` (an `AdminError`: it carries its HTTP status).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The operator commands: `jobs stats|list|retry|reap|reclaim`, `analyze` and
-`request-analysis`.
-
-Each prints a table, or with `--json` exactly the JSON body of the matching admin
-API route.
-"""
+"""`jobs stats|list|retry|reap|reclaim`, `analyze` and `request-analysis`: each prints
+a table, or with `--json` exactly the JSON body of the matching admin API route."""
 
 from __future__ import annotations
 
@@ -177,30 +173,27 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
     # A bar for many pages, on a terminal only.
     progress = Progress(sys.stderr if args.page is None and sys.stderr.isatty() else None)
     try:
-        if args.missing:
-            with engine.connect() as conn:
+        with engine.connect() as conn:
+            if args.missing:
                 progress.total = count_unanalysed(conn)
-            after: uuid.UUID | None = None
-            while True:
-                # One transaction per batch: short locks, and an interrupted
-                # run keeps what it enqueued.
-                with engine.begin() as conn:
-                    batch = unanalysed_page_ids(conn, after=after, limit=BATCH_SIZE)
-                    if not batch:
-                        break
-                    counts.add(request_pages(conn, batch, force=args.force))
-                after = batch[-1]
-                progress.advance(len(batch), counts)
-        else:
-            target: PageGroup = "page" if args.page else "chapter" if args.chapter else "manga"
-            with engine.connect() as conn:
+            else:
+                target: PageGroup = "page" if args.page else "chapter" if args.chapter else "manga"
                 page_ids = target_page_ids(conn, target, args.page or args.chapter or args.manga)
-            progress.total = len(page_ids)
-            for start in range(0, len(page_ids), BATCH_SIZE):
-                batch = page_ids[start : start + BATCH_SIZE]
-                with engine.begin() as conn:
-                    counts.add(request_pages(conn, batch, force=args.force))
-                progress.advance(len(batch), counts)
+                progress.total = len(page_ids)
+        after: uuid.UUID | None = None
+        while True:
+            # One transaction per batch: short locks, and an interrupted
+            # run keeps what it enqueued.
+            with engine.begin() as conn:
+                if args.missing:
+                    batch = unanalysed_page_ids(conn, after=after, limit=BATCH_SIZE)
+                else:
+                    batch = page_ids[progress.done : progress.done + BATCH_SIZE]
+                if not batch:
+                    break
+                counts.add(request_pages(conn, batch, force=args.force))
+            after = batch[-1]
+            progress.advance(len(batch), counts)
     except NoSuchTarget as exc:
         error(str(exc))
         return EXIT_FAILED
