@@ -11,13 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.db import Conn
-from app.errors import NotFound
 from app.queue.requests import request_analysis_many
-from app.repos.pages import PageGroup, analysed_page_ids, page_ids_of
-
-
-class NoSuchTarget(NotFound):
-    """The page, chapter or manga asked for does not exist."""
+from app.repos.pages import analysed_page_ids
 
 
 @dataclass
@@ -39,15 +34,6 @@ class RequestCounts:
         self.enqueued += other.enqueued
         self.in_flight += other.in_flight
         self.already_done += other.already_done
-
-
-def target_page_ids(conn: Conn, target: PageGroup, target_id: uuid.UUID) -> list[uuid.UUID]:
-    """The pages of a page, chapter or manga, in reading order;
-    `NoSuchTarget` ("no such chapter <id>") when it does not exist."""
-    page_ids = page_ids_of(conn, target, target_id)
-    if page_ids is None:
-        raise NoSuchTarget(f"no such {target} {target_id}")
-    return page_ids
 
 
 def request_pages(

@@ -14,13 +14,13 @@ from typing import Any, Final, TextIO
 from sqlalchemy import Engine
 
 from app import admin
-from app.admin.analyze import NoSuchTarget, RequestCounts, request_pages, target_page_ids
+from app.admin.analyze import RequestCounts, request_pages
 from app.cli.shutdown import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from app.models import JOB_STATES
 from app.queue.requests import BATCH_SIZE
 from app.queue.states import reap_done, reclaim_expired
 from app.queue.stats import count_dead
-from app.repos.pages import PageGroup, count_unanalysed, unanalysed_page_ids
+from app.repos.pages import PageGroup, count_unanalysed, page_ids_of, unanalysed_page_ids
 
 ERROR_COLUMN_CHARS: Final = 60
 """`jobs list` shortens `last_error` to this many characters (`--json` has it whole)."""
@@ -178,7 +178,12 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
                 progress.total = count_unanalysed(conn)
             else:
                 target: PageGroup = "page" if args.page else "chapter" if args.chapter else "manga"
-                page_ids = target_page_ids(conn, target, args.page or args.chapter or args.manga)
+                target_id = args.page or args.chapter or args.manga
+                found = page_ids_of(conn, target, target_id)
+                if found is None:
+                    error(f"no such {target} {target_id}")
+                    return EXIT_FAILED
+                page_ids = found
                 progress.total = len(page_ids)
         after: uuid.UUID | None = None
         while True:
@@ -194,9 +199,6 @@ def analyze(engine: Engine, args: argparse.Namespace) -> int:
                 counts.add(request_pages(conn, batch, force=args.force))
             after = batch[-1]
             progress.advance(len(batch), counts)
-    except NoSuchTarget as exc:
-        error(str(exc))
-        return EXIT_FAILED
     except KeyboardInterrupt:
         progress.finish()
         error(f"interrupted; {counts.enqueued} job(s) were enqueued and stay queued")
