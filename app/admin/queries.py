@@ -128,17 +128,7 @@ def list_jobs(
         conditions.append(tuple_(jobs.c.updated_at, jobs.c.id) < tuple_(*position))
     # One more row than asked tells whether another page exists.
     page = (
-        select(
-            jobs.c.id,
-            jobs.c.payload,
-            KIND.label("kind"),
-            jobs.c.state,
-            jobs.c.attempts,
-            jobs.c.max_attempts,
-            jobs.c.last_error,
-            jobs.c.scheduled_at,
-            jobs.c.updated_at,
-        )
+        select(*jobs.c, KIND.label("kind"))
         .where(*conditions)
         .order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())
         .limit(limit + 1)

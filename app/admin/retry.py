@@ -70,7 +70,7 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
     except IntegrityError as exc:
         # A job was enqueued for one of those pages meanwhile: the batch is rolled
         # back to its savepoint; one savepoint per job, so a clash skips that job only.
-        if _constraint(exc) not in DEDUP_INDEXES:
+        if not _is_dedup_clash(exc):
             raise
         logger.info("a dead job's slot was taken during the batch retry; retrying one by one")
         retried = []
@@ -82,9 +82,8 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
     return retried
 
 
-def _constraint(exc: IntegrityError) -> str | None:
-    name = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
-    return name if isinstance(name, str) else None
+def _is_dedup_clash(exc: IntegrityError) -> bool:
+    return getattr(getattr(exc.orig, "diag", None), "constraint_name", None) in DEDUP_INDEXES
 
 
 def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
@@ -96,7 +95,7 @@ def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
         with conn.begin_nested():
             return job_id in retry_dead(conn, [job_id])
     except IntegrityError as exc:
-        if _constraint(exc) not in DEDUP_INDEXES:
+        if not _is_dedup_clash(exc):
             raise
         raise Conflict(
             f"job {job_id} cannot be retried: another job for the same "

@@ -104,10 +104,9 @@ def import_folder(
 
 
 def _manga_titled(conn: Connection, title: str) -> uuid.UUID | None:
-    manga_id: uuid.UUID | None = conn.execute(
+    return conn.scalar(
         select(Manga.id).where(Manga.title == title).order_by(Manga.created_at.desc()).limit(1)
-    ).scalar_one_or_none()
-    return manga_id
+    )
 
 
 def _has_chapter(conn: Connection, manga_id: uuid.UUID, number: Decimal) -> bool:
