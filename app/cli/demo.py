@@ -11,7 +11,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence, Set
+from collections.abc import Sequence, Set
 from decimal import Decimal
 from functools import partial
 from pathlib import Path
@@ -61,7 +61,7 @@ def run_demo(
         f"{SAMPLE_FOLDER}; analysis requested{' again (force)' if reused else ''}."
     )
     ocr = OcrAnalyzer() if settings.backend == "ocr" else None
-    progress = _Progress(pages, ocr, say)
+    progress = _Progress(pages, ocr)
     events = analysis_event_bus(engine)
     events.subscribe(progress.on_event)
     if ocr is not None:
@@ -109,12 +109,9 @@ def run_demo(
 class _Progress:
     """Prints the demo pages' events as they come (on the runner's threads)."""
 
-    def __init__(
-        self, pages: dict[uuid.UUID, int], ocr: OcrAnalyzer | None, say: Callable[[str], None]
-    ) -> None:
+    def __init__(self, pages: dict[uuid.UUID, int], ocr: OcrAnalyzer | None) -> None:
         self._numbers = pages
         self._ocr = ocr
-        self._say = say
         self._lock = threading.Lock()
         self._ended: set[uuid.UUID] = set()
         self._announced = ocr is None
@@ -124,7 +121,7 @@ class _Progress:
             if self._announced or self._ocr is None or self._ocr.load_seconds is None:
                 return
             self._announced = True
-        self._say(f"OCR model loaded and warmed up in {self._ocr.load_seconds:.1f} s.")
+        print(f"OCR model loaded and warmed up in {self._ocr.load_seconds:.1f} s.", flush=True)
 
     def on_event(self, event: JobEvent) -> None:
         page_id = uuid.UUID(str(event.breadcrumb.get("page_id")))
@@ -141,7 +138,7 @@ class _Progress:
         if event.type == "failed":
             detail = f": {event.details.get('error', '')}"
         page = self._numbers[page_id]
-        self._say(f"  [{ended}/{len(self._numbers)}] page {page} {event.type}{detail}")
+        print(f"  [{ended}/{len(self._numbers)}] page {page} {event.type}{detail}", flush=True)
 
     def ended(self, page_id: uuid.UUID) -> bool:
         """The page's job completed or failed an attempt during this run."""
