@@ -1,8 +1,4 @@
-"""The worker runner: leases jobs in batches and runs their handlers on a fixed pool.
-
-It knows no job kind. Its services start in the order of `Runner._services`
-and stop in the reverse order (docs/worker.md, "Lifecycle and shutdown").
-"""
+"""The worker runner: leases jobs in batches and runs their handlers on a fixed pool."""
 
 from __future__ import annotations
 
@@ -83,7 +79,7 @@ class Runner:
         outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
         self._outcomes = Outcomes(engine, jobs, events, observer, self._stopping, outage)
-        self._acker = Acker(
+        self.acker = Acker(
             engine, outage, self._outcomes, linger=ack_linger, max_batch=ack_max_batch, name=name
         )
         self._heartbeat = Heartbeat(
@@ -99,7 +95,7 @@ class Runner:
         self._pool = WorkerPool(
             jobs,
             self._outcomes,
-            self._acker,
+            self.acker,
             self._heartbeat,
             workers=workers,
             job_timeout=job_timeout,
@@ -119,7 +115,7 @@ class Runner:
             readiness=readiness,
             name=name,
         )
-        self._listener = WakeupListener(
+        self.listener = WakeupListener(
             engine,
             list(self._handlers),
             self._lease_loop.wake,
@@ -128,8 +124,8 @@ class Runner:
             name=name,
         )
         self._services: list[Service] = [
-            *([self._listener] if listen else []),
-            self._acker,
+            *([self.listener] if listen else []),
+            self.acker,
             self._pool,
             self._heartbeat,
             self._lease_loop,
@@ -211,14 +207,6 @@ class Runner:
     def worker_deaths(self) -> int:
         """Runner threads that died unexpectedly and were run again."""
         return sum(s.deaths for s in self._services if isinstance(s, ThreadService))
-
-    @property
-    def listener(self) -> WakeupListener:
-        return self._listener
-
-    @property
-    def acker(self) -> Acker:
-        return self._acker
 
     def _reclaim_at_start(self) -> None:
         """Reclaim expired leases in one transaction. `reclaim_expired` dead-letters a
