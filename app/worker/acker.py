@@ -6,13 +6,11 @@ jobs) and writes them in ONE transaction on its own connection: the fenced
 only for the jobs whose ack changed their row; a batch that saves nothing is
 one autocommit statement. If a `save` raises, the batch is rolled back and
 written one job per transaction, so only the job at fault fails its attempt.
-Through an outage the batch is kept and retried with backoff. Each job is
-reported (`Outcomes`) after its batch committed.
+Through an outage the batch is kept and retried with backoff.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import time
@@ -113,7 +111,11 @@ class Acker(ThreadService):
             raise
         except Exception as exc:
             if len(batch) == 1:
-                return set(), self._save_failed(batch[0][0], exc)
+                job = batch[0][0]
+                logger.error("%s: saving the result failed", job.label, exc_info=exc)
+                error = f"could not save result: {describe_error(exc)}"
+                self._outcomes.fail(job, error, permanent=False)
+                return set(), {job.lease.id}
             logger.warning(
                 "a batch of %d result(s) could not be written (%s); writing each alone",
                 len(batch),
@@ -122,19 +124,10 @@ class Acker(ThreadService):
         acked: set[uuid.UUID] = set()
         failed: set[uuid.UUID] = set()
         for finished in batch:
-            try:
-                write_one = functools.partial(_ack_and_save, batch=[finished])
-                acked |= session.run(write_one, atomic=True)
-            except DatabaseUnavailable:
-                raise
-            except Exception as exc:
-                failed |= self._save_failed(finished[0], exc)
+            one_acked, one_failed = self._write(session, [finished])
+            acked |= one_acked
+            failed |= one_failed
         return acked, failed
-
-    def _save_failed(self, job: InFlight, exc: Exception) -> set[uuid.UUID]:
-        logger.error("%s: saving the result failed", job.label, exc_info=exc)
-        self._outcomes.fail(job, f"could not save result: {describe_error(exc)}", permanent=False)
-        return {job.lease.id}
 
     def _gather(self, batch: list[Finished], wait: bool = True) -> bool:
         """Add queued jobs to `batch`: block for the first one, then linger.
@@ -163,7 +156,6 @@ def _saves(job: InFlight) -> bool:
 
 
 def _ack_and_save(conn: Connection, batch: list[Finished]) -> set[uuid.UUID]:
-    """Ack the batch, then save the result of each job whose ack changed its row."""
     acked = ack_done_many(conn, [job.lease for job, _ in batch])
     for job, result in batch:
         if job.lease.id in acked and _saves(job):
