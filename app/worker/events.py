@@ -91,22 +91,13 @@ class EventBus:
         self._closing = False
         self._notifier: threading.Thread | None = None
 
-    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
-        """Call `subscriber` for every event (on the publishing thread); returns an unsubscribe."""
+    def subscribe(self, subscriber: Subscriber) -> None:
+        """Call `subscriber` for every event (on the publishing thread)."""
         with self._lock:
-            self._subscribers.append(subscriber)
-
-        def unsubscribe() -> None:
-            with self._lock:
-                if subscriber in self._subscribers:
-                    self._subscribers.remove(subscriber)
-
-        return unsubscribe
+            self._subscribers = [*self._subscribers, subscriber]
 
     def publish(self, event: JobEvent) -> None:
-        with self._lock:
-            subscribers = list(self._subscribers)
-        for subscriber in subscribers:
+        for subscriber in self._subscribers:  # replaced on subscribe, never changed in place
             try:
                 subscriber(event)
             except Exception:
