@@ -119,21 +119,16 @@ def new_job(
 
 
 class InFlightJobs:
-    """The registry of a runner's in-flight jobs (thread-safe).
-
-    `on_slot_freed(callback)` subscribes to every slot given back (the lease
-    loop waits for them); `job_seconds` is a moving average of how long a
-    pool thread spends on one job (the adaptive prefetch reads it)."""
+    """The registry of a runner's in-flight jobs (thread-safe)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[uuid.UUID, InFlight] = {}
         self._holding = 0
-        self._slot_freed: Callable[[], None] = lambda: None
+        self.on_slot_freed: Callable[[], None] = lambda: None
+        """Called for every slot given back (the lease loop waits for them)."""
         self.job_seconds: float | None = None
-
-    def on_slot_freed(self, callback: Callable[[], None]) -> None:
-        self._slot_freed = callback
+        """A moving average of how long a pool thread spends on one job."""
 
     def add(self, jobs: list[InFlight]) -> None:
         with self._lock:
@@ -181,7 +176,7 @@ class InFlightJobs:
             if to is JobState.ABANDONED:
                 del self._jobs[job.lease.id]
             self._holding -= 1  # every allowed move leaves HOLDING_A_SLOT
-        self._slot_freed()
+        self.on_slot_freed()
         return True
 
     def remove(self, job: InFlight) -> None:
@@ -194,7 +189,7 @@ class InFlightJobs:
                     self._holding -= 1
                     freed = True
         if freed:
-            self._slot_freed()
+            self.on_slot_freed()
 
     def holding(self) -> int:
         """Jobs that hold a slot (queued or executing)."""

@@ -77,8 +77,7 @@ class LeaseLoop(ThreadService):
         self._isolate_loads_until = 0.0
         self._round_seconds = 0.002  # moving average of a lease round trip
         self.rounds = 0
-        """Lease statements run so far."""
-        jobs.on_slot_freed(self._slot_freed)
+        jobs.on_slot_freed = self._slot_freed
 
     def wake(self) -> None:
         """Lease now (new jobs were committed)."""
@@ -171,9 +170,8 @@ class LeaseLoop(ThreadService):
         except Exception as exc:
             if isinstance(exc, DBAPIError) and not isolated:
                 raise  # the transaction is broken: roll back, then load each job alone
-            with job_log_context(
-                job_id=str(lease.id), kind=lease.payload.kind, attempt=lease.attempts
-            ):
+            job = new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
+            with job_log_context(**job.log_fields):
                 logger.error("job %s could not be loaded", lease.id, exc_info=exc)
-            return new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
+            return job
         return new_job(lease, handler, item)
