@@ -85,8 +85,6 @@ class Outcomes:
         terminal = permanent or lease.attempts >= lease.max_attempts
 
         def write(conn: Connection) -> bool:
-            # The fenced UPDATE first: it locks the row, so the failure
-            # row is written only for a lease that is still current.
             acked = (ack_dead if permanent else ack_failed)(conn, lease, error)
             if acked and terminal and item is not None and ctx is not None:
                 handler.save_failure(conn, item, error, ctx)
