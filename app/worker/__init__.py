@@ -1,8 +1,5 @@
-"""The generic worker: a runner that leases jobs of any kind and runs their handlers.
-
-It owns leasing, heartbeats, deadlines, fencing, events and shutdown; it
-knows no job kind (page analysis plugs in from `app.analysis`).
-"""
+"""The generic worker: a runner that leases jobs of any kind and runs their handlers;
+it knows no job kind (page analysis plugs in from `app.analysis`)."""
 
 from app.worker.events import EventBus, JobEvent
 from app.worker.handler import JobContext, JobHandler

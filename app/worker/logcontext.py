@@ -26,19 +26,17 @@ class job_log_context:
     """
 
     __slots__ = ("_fields", "_token")
+    _token: contextvars.Token[Mapping[str, Any]]
 
     def __init__(self, **fields: Any) -> None:
         self._fields = fields
-        self._token: contextvars.Token[Mapping[str, Any]] | None = None
 
     def __enter__(self) -> None:
         merged = {**_fields.get(), **{k: v for k, v in self._fields.items() if v is not None}}
         self._token = _fields.set(merged)
 
     def __exit__(self, *exc_info: object) -> None:
-        if self._token is not None:
-            _fields.reset(self._token)
-            self._token = None
+        _fields.reset(self._token)
 
 
 class JobFieldsFilter(logging.Filter):

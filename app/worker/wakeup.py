@@ -30,9 +30,8 @@ CHECK_STOP_SECONDS = 0.5
 
 
 class WakeupListener(ThreadService):
-    """`listen_url`: where to open the LISTEN connection (a session, never
-    through a transaction-mode pooler); by default what `engine` would use.
-    `on_wake()` is called for each notification naming one of `kinds`."""
+    """`on_wake()` is called for each notification naming one of `kinds`;
+    `listen_url`: see `Runner`."""
 
     role = "listener"
 
