@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import Engine
@@ -20,7 +19,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from app.queue import reap_done, release_many, renew_many
 from app.worker.dbsession import DatabaseUnavailable, DbSession, short_error
-from app.worker.inflight import InFlight, InFlightJobs, JobState
+from app.worker.inflight import InFlightJobs, JobState
 from app.worker.outage import DatabaseOutage
 from app.worker.outcomes import Outcomes
 from app.worker.service import ThreadService
@@ -32,10 +31,8 @@ REAP_EVERY_SECONDS = 3600.0
 
 
 class Heartbeat(ThreadService):
-    """`on_abandoned(job, was)` hears every job it gives up (the pool replaces a
-    thread stuck in `execute`); everything else it reports through `outcomes`.
-    Stopping it releases every job still queued or executing, in one statement,
-    as the last thing its thread does."""
+    """Stopping it releases every job still queued or executing, in one
+    statement, as the last thing its thread does."""
 
     role = "heartbeat"
     restart_when_stopping = True  # its run ends with the shutdown release
@@ -48,7 +45,6 @@ class Heartbeat(ThreadService):
         outage: DatabaseOutage,
         *,
         lease_duration: timedelta,
-        on_abandoned: Callable[[InFlight, JobState], None],
         reap_retention_days: int = 0,
         name: str = "worker",
     ) -> None:
@@ -59,7 +55,6 @@ class Heartbeat(ThreadService):
         self._outage = outage
         self.lease_duration = lease_duration
         self.interval = lease_duration.total_seconds() / 3
-        self._on_abandoned = on_abandoned
         self._reap_retention_days = reap_retention_days
         self._last_reap = float("-inf")
         self.wake_at = float("inf")
@@ -100,15 +95,8 @@ class Heartbeat(ThreadService):
             ctx = job.ctx
             if job.state is not JobState.EXECUTING or ctx is None or ctx.deadline > now:
                 continue
-            if self._abandon(job):
+            if self._jobs.abandon(job):
                 self._outcomes.fail(job, job.handler.timeout_message, permanent=False)
-
-    def _abandon(self, job: InFlight) -> bool:
-        was = self._jobs.abandon(job)
-        if was is None:
-            return False
-        self._on_abandoned(job, was)
-        return True
 
     def _renew(self, session: DbSession) -> bool:
         held = self._jobs.snapshot()
@@ -121,12 +109,12 @@ class Heartbeat(ThreadService):
         except DatabaseUnavailable:
             return False
         for job in held:
-            if job.lease.id not in current and self._abandon(job):
+            if job.lease.id not in current and self._jobs.abandon(job):
                 self._outcomes.lease_lost(job)
         return True
 
     def _release_in_flight(self, session: DbSession) -> None:
-        abandoned = [job for job in self._jobs.snapshot() if self._abandon(job)]
+        abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
         if not abandoned:
             return
         try:

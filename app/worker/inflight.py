@@ -127,6 +127,8 @@ class InFlightJobs:
         self._holding = 0
         self.on_slot_freed: Callable[[], None] = lambda: None
         """Called for every slot given back (the lease loop waits for them)."""
+        self.on_stuck: Callable[[InFlight], None] = lambda job: None
+        """Called for every job given up in `execute` (the pool replaces its thread)."""
         self.job_seconds: float | None = None
         """A moving average of how long a pool thread spends on one job."""
 
@@ -159,14 +161,16 @@ class InFlightJobs:
             self.job_seconds = seconds if average is None else 0.95 * average + 0.05 * seconds
         return True
 
-    def abandon(self, job: InFlight) -> JobState | None:
-        """Give up a queued or executing job (sets its cancel event); the state it
-        was in, or `None` if it was no longer either."""
+    def abandon(self, job: InFlight) -> bool:
+        """Give up a queued or executing job (sets its cancel event); `False` if it
+        was no longer either."""
         was = job.state
         if not self._move(job, HOLDING_A_SLOT, JobState.ABANDONED):
-            return None
+            return False
         job.cancel.set()
-        return was
+        if was is JobState.EXECUTING:
+            self.on_stuck(job)
+        return True
 
     def _move(self, job: InFlight, allowed: frozenset[JobState], to: JobState) -> bool:
         with self._lock:

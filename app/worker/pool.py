@@ -3,7 +3,7 @@
 A pool thread runs `execute` with no transaction open, hands a finished job to
 the acker (a failure it writes itself) and takes its next job at once.
 Threads cannot be killed: when the heartbeat gives up a job still in
-`execute`, `abandoned` starts a replacement thread in its slot; the stuck
+`execute`, a replacement thread starts in its slot; the stuck
 thread ends when its call returns, and writes nothing.
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 from app.errors import DispatchTimeout, ServiceError
 from app.worker.acker import Acker
 from app.worker.heartbeat import Heartbeat
-from app.worker.inflight import InFlight, InFlightJobs, JobState
+from app.worker.inflight import InFlight, InFlightJobs
 from app.worker.logcontext import job_log_context
 from app.worker.outcomes import Outcomes, describe_error, is_permanent
 from app.worker.readiness import ReadinessGate
@@ -53,6 +53,7 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._stuck: set[threading.Thread] = set()
         self._stopped = threading.Event()
+        jobs.on_stuck = self._replace_stuck
 
     # --- the service -------------------------------------------------------
 
@@ -84,11 +85,9 @@ class WorkerPool:
         for job in batch:
             put(job)
 
-    def abandoned(self, job: InFlight, was: JobState) -> None:
-        """The heartbeat gave `job` up: if it was executing, a new thread takes its
-        slot (unless the pool is stopping), and nobody waits for the stuck one."""
-        if was is not JobState.EXECUTING:
-            return
+    def _replace_stuck(self, job: InFlight) -> None:
+        """`job` was given up in `execute`: a new thread takes its slot (unless the
+        pool is stopping), and nobody waits for the stuck one."""
         self._stuck.add(self._threads[job.slot])
         if not self._stopped.is_set():
             self._threads[job.slot] = self._spawn(job.slot)
@@ -124,7 +123,7 @@ class WorkerPool:
         if self._readiness is not None and not self._readiness.check():
             # Leased ahead while the gate was open; it has closed since (a
             # failed attempt made it probe again): give the job back unrun.
-            if self._jobs.abandon(job) is not None:
+            if self._jobs.abandon(job):
                 self._outcomes.give_back(job)
             return
         ctx = self._jobs.start(job, slot, self.job_timeout)

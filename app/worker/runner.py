@@ -88,7 +88,6 @@ class Runner:
             self._outcomes,
             outage,
             lease_duration=lease_duration,
-            on_abandoned=lambda job, was: self._pool.abandoned(job, was),
             reap_retention_days=reap_retention_days,
             name=name,
         )
