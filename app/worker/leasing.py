@@ -1,9 +1,15 @@
-"""The lease loop: one thread per runner that leases jobs in batches.
+"""Leasing: the lease loop, and the wake-up listener that starts it at once.
 
-It waits for the readiness gate and for free slots, leases up to that many
-jobs in ONE statement, runs each handler's `load` in the same transaction,
-and hands the batch to the runner. While the queue is empty it sleeps until
-woken: by the wake-up listener, a freed slot, or `idle_poll` (the fallback).
+The lease loop (one thread per runner) waits for the readiness gate and for
+free slots, leases up to that many jobs in ONE statement, runs each handler's
+`load` in the same transaction, and hands the batch to the runner. While the
+queue is empty it sleeps until woken: by the wake-up listener, a freed slot,
+or `idle_poll` (the fallback: a lost notification costs at most that).
+
+Inserts of due jobs (and jobs moved back to pending) `NOTIFY
+crawler_jobs_wakeup` with their kinds, at commit (migration 0003); the
+listener (one connection per runner) wakes the lease loop when one names a
+kind the runner handles, and once after a reconnect, for what it may have missed.
 """
 
 from __future__ import annotations
@@ -12,15 +18,19 @@ import contextlib
 import functools
 import logging
 import math
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from datetime import timedelta
+from typing import Any
 
+import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from app.queue import Lease, lease_kinds
-from app.worker.dbsession import DatabaseUnavailable, DbSession, is_transient_db_error
+from app.db import connect_kwargs
+from app.queue import WAKEUP_CHANNEL, Lease, lease_kinds
+from app.worker.dbsession import DatabaseUnavailable, DbSession, is_transient_db_error, short_error
 from app.worker.handler import AnyHandler
 from app.worker.inflight import InFlight, InFlightJobs, new_job
 from app.worker.logcontext import job_log_context
@@ -35,6 +45,8 @@ PREFETCH_MAX = 500
 """Most jobs an adaptive prefetch leases beyond the pool threads."""
 ISOLATE_LOADS_SECONDS = 60.0
 """After a load failed with a database error, how long loads run in savepoints."""
+CHECK_STOP_SECONDS = 0.5
+"""How long one wait for notifications lasts before the stop flag is checked."""
 
 
 class _LoadsAborted(Exception):
@@ -175,3 +187,64 @@ class LeaseLoop(ThreadService):
                 logger.error("job %s could not be loaded", lease.id, exc_info=exc)
             return job
         return new_job(lease, handler, item)
+
+
+class WakeupListener(ThreadService):
+    """`on_wake()` is called for each notification naming one of `kinds`;
+    `listen_url`: see `Runner`."""
+
+    role = "listener"
+
+    def __init__(
+        self,
+        engine: Engine,
+        kinds: Collection[str],
+        on_wake: Callable[[], None],
+        outage: DatabaseOutage,
+        *,
+        listen_url: str | None = None,
+        name: str = "worker",
+    ) -> None:
+        super().__init__(name)
+        self._connect_kwargs = connect_kwargs(listen_url or engine)
+        self._kinds = frozenset(kinds)
+        self._on_wake = on_wake
+        self._outage = outage
+        self.connections = 0
+        """Connections made so far (tests watch it to see a reconnect)."""
+        self.listening = threading.Event()
+        """Set while LISTEN is in effect."""
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopped.is_set():
+            established = False
+            try:
+                with psycopg.connect(**{**self._connect_kwargs, "autocommit": True}) as conn:
+                    self.connections += 1
+                    conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
+                    self.listening.set()
+                    established = True
+                    if self.connections > 1:
+                        self._on_wake()  # notifications may have been missed meanwhile
+                    self._outage.recovered()
+                    failures = 0
+                    self._listen(conn)
+                    return
+            except psycopg.Error as exc:
+                self.listening.clear()
+                if self.stopped.is_set():
+                    return
+                if established:
+                    logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
+                    continue
+                failures += 1
+                self.stopped.wait(self._outage.failed(short_error(exc), failures))
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        kinds = self._kinds
+        while not self.stopped.is_set():
+            for notify in conn.notifies(timeout=CHECK_STOP_SECONDS):
+                payload = notify.payload
+                if not payload or not kinds.isdisjoint(payload.split(",")):
+                    self._on_wake()

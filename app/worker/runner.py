@@ -19,13 +19,12 @@ from app.worker.events import EventBus
 from app.worker.handler import AnyHandler, JobContext
 from app.worker.heartbeat import Heartbeat
 from app.worker.inflight import InFlightJobs
-from app.worker.leasing import LeaseLoop
+from app.worker.leasing import LeaseLoop, WakeupListener
 from app.worker.observer import RunnerObserver
 from app.worker.outcomes import Outcomes
 from app.worker.pool import WorkerPool
 from app.worker.readiness import ReadinessGate
 from app.worker.service import Service, ThreadService
-from app.worker.wakeup import WakeupListener
 
 logger = logging.getLogger(__name__)
 
