@@ -124,7 +124,8 @@ class InFlightJobs:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._jobs: dict[uuid.UUID, InFlight] = {}
-        self._holding = 0
+        self.holding = 0
+        """Jobs that hold a slot (queued or executing)."""
         self.on_slot_freed: Callable[[], None] = lambda: None
         """Called for every slot given back (the lease loop waits for them)."""
         self.on_stuck: Callable[[InFlight], None] = lambda job: None
@@ -136,7 +137,7 @@ class InFlightJobs:
         with self._lock:
             for job in jobs:
                 self._jobs[job.lease.id] = job
-            self._holding += len(jobs)
+            self.holding += len(jobs)
 
     def start(self, job: InFlight, slot: int, job_timeout: float) -> JobContext | None:
         """A pool thread takes `job`: its context (deadline from now), or `None`
@@ -179,7 +180,7 @@ class InFlightJobs:
             job.state = to
             if to is JobState.ABANDONED:
                 del self._jobs[job.lease.id]
-            self._holding -= 1  # every allowed move leaves HOLDING_A_SLOT
+            self.holding -= 1  # every allowed move leaves HOLDING_A_SLOT
         self.on_slot_freed()
         return True
 
@@ -190,14 +191,10 @@ class InFlightJobs:
             if self._jobs.get(job.lease.id) is job:
                 del self._jobs[job.lease.id]
                 if job.state in HOLDING_A_SLOT:
-                    self._holding -= 1
+                    self.holding -= 1
                     freed = True
         if freed:
             self.on_slot_freed()
-
-    def holding(self) -> int:
-        """Jobs that hold a slot (queued or executing)."""
-        return self._holding
 
     def snapshot(self) -> list[InFlight]:
         with self._lock:

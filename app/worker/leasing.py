@@ -125,7 +125,7 @@ class LeaseLoop(ThreadService):
                     return
                 self._wake.clear()
                 self._want_slot = True  # before counting: a slot freed from now on wakes us
-                free = self.slots() - self._jobs.holding()
+                free = self.slots() - self._jobs.holding
                 if free <= 0:
                     self._wake.wait(self.idle_poll)
                     continue

@@ -37,11 +37,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def is_permanent(exc: BaseException) -> bool:
-    """Errors that no retry can fix say so with `retryable = False`."""
-    return getattr(exc, "retryable", True) is False
-
-
 def describe_error(exc: BaseException) -> str:
     message = without_reprs(str(exc))
     if isinstance(exc, ServiceError) and message:

@@ -20,7 +20,7 @@ from app.worker.acker import Acker
 from app.worker.heartbeat import Heartbeat
 from app.worker.inflight import InFlight, InFlightJobs
 from app.worker.logcontext import job_log_context
-from app.worker.outcomes import Outcomes, describe_error, is_permanent
+from app.worker.outcomes import Outcomes, describe_error
 from app.worker.readiness import ReadinessGate
 
 logger = logging.getLogger(__name__)
@@ -159,8 +159,9 @@ class WorkerPool:
             message = describe_error(error)
         if not isinstance(error, ServiceError):
             logger.error("%s: unexpected error in dispatch", job.label, exc_info=error)
-        self._outcomes.fail(job, message, permanent=is_permanent(error))
-        if self._readiness is not None and not is_permanent(error):
+        permanent = getattr(error, "retryable", True) is False  # no retry can fix it
+        self._outcomes.fail(job, message, permanent=permanent)
+        if self._readiness is not None and not permanent:
             # A failed attempt may mean the model server just went down: ask it
             # before the next lease instead of trusting the last ready answer.
             self._readiness.recheck()
