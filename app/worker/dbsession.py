@@ -123,7 +123,6 @@ class DbSession:
             return result
 
     def backoff(self) -> None:
-        """Wait before the next attempt (doubling per failure in a row, capped)."""
         self._stopping.wait(self.delay)
 
     def close(self) -> None:

@@ -72,8 +72,7 @@ class EventBus:
     Subscribers, and the `NOTIFY` unless `background=True`, run on the publishing
     thread. With `background=True`, one notifier thread (started on the first
     event) sends whatever has gathered in ONE transaction, in publishing order,
-    so a worker thread never waits for a commit. `flush()` waits until all
-    published so far was sent (or dropped); `close()` flushes and ends the thread.
+    so a worker thread never waits for a commit.
     """
 
     def __init__(
