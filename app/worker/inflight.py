@@ -89,33 +89,25 @@ def new_job(
     A handler whose `describe`/`breadcrumb`/`log_fields` raises still gets
     its job run: it is labelled by id only and publishes no events."""
     job_id = str(lease.id)
-    label = f"job {job_id}"
     fields: dict[str, Any] = {
         "job_id": job_id,
         "kind": lease.payload.kind,
         "attempt": lease.attempts,
     }
-    breadcrumb: Mapping[str, Any] | None = None
-    if load_error is None and item is not None:
-        try:
-            label = f"{label} ({handler.describe(item)})"
-            breadcrumb = handler.breadcrumb(item)
-            log_fields = getattr(handler, "log_fields", None)  # optional (JobHandler)
-            if log_fields is not None:
-                fields.update(log_fields(item))
-        except Exception:
-            logger.exception("%s: no breadcrumb; events suppressed for this job", label)
-            breadcrumb = None
-    return InFlight(
-        lease,
-        handler,
-        label,
-        fields,
-        breadcrumb,
-        item,
-        load_error,
-        nothing_to_do=load_error is None and item is None,
-    )
+    job = InFlight(lease, handler, f"job {job_id}", fields, item=item, load_error=load_error)
+    if load_error is not None or item is None:
+        job.nothing_to_do = load_error is None
+        return job
+    try:
+        job.label = f"{job.label} ({handler.describe(item)})"
+        job.breadcrumb = handler.breadcrumb(item)
+        log_fields = getattr(handler, "log_fields", None)  # optional (JobHandler)
+        if log_fields is not None:
+            fields.update(log_fields(item))
+    except Exception:
+        logger.exception("%s: no breadcrumb; events suppressed for this job", job.label)
+        job.breadcrumb = None
+    return job
 
 
 class InFlightJobs:
