@@ -2,9 +2,8 @@
 enforces deadlines and shutdown.
 
 Every `interval` (a third of the lease) it renews ALL in-flight leases in one
-statement, fenced per row: a lease found lost abandons exactly its own job
-(its cancel event is set, its result is never written). A job past its
-deadline is abandoned and failed with the handler's timeout message.
+statement, fenced per row: a lease found lost abandons exactly its own job.
+A job past its deadline is abandoned and failed with the handler's timeout message.
 """
 
 from __future__ import annotations

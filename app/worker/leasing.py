@@ -6,10 +6,9 @@ free slots, leases up to that many jobs in ONE statement, runs each handler's
 queue is empty it sleeps until woken: by the wake-up listener, a freed slot,
 or `idle_poll` (the fallback: a lost notification costs at most that).
 
-Inserts of due jobs (and jobs moved back to pending) `NOTIFY
-crawler_jobs_wakeup` with their kinds, at commit (migration 0003); the
-listener (one connection per runner) wakes the lease loop when one names a
-kind the runner handles, and once after a reconnect, for what it may have missed.
+The listener (one connection per runner) wakes it for each `NOTIFY
+crawler_jobs_wakeup` naming one of the runner's kinds (docs/queue.md), and
+once after a reconnect, for what it may have missed.
 """
 
 from __future__ import annotations
@@ -54,8 +53,7 @@ class _LoadsAborted(Exception):
 
 
 class LeaseLoop(ThreadService):
-    """`dispatch(batch)` takes each leased batch (the pool); the loop asks the
-    readiness gate before each lease and subscribes to the slots `jobs` frees."""
+    """`dispatch(batch)` takes each leased batch (the pool)."""
 
     role = "lease"
 

@@ -86,8 +86,6 @@ class WorkerPool:
             put(job)
 
     def _replace_stuck(self, job: InFlight) -> None:
-        """`job` was given up in `execute`: a new thread takes its slot (unless the
-        pool is stopping), and nobody waits for the stuck one."""
         self._stuck.add(self._threads[job.slot])
         if not self._stopped.is_set():
             self._threads[job.slot] = self._spawn(job.slot)

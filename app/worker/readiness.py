@@ -110,8 +110,7 @@ class ReadinessGate:
         )
 
     def recheck(self) -> None:
-        """Forget a fresh ready answer, so the next `check` probes again: after a
-        failed attempt, the server may have gone down within the freshness window."""
+        """Forget a fresh ready answer, so the next `check` probes again."""
         with self._lock:
             self._checked_at = float("-inf")
 
