@@ -14,8 +14,7 @@ from app.worker.handler import JobContext, JobHandler
 
 
 class NoopHandler(JobHandler[Lease, None]):
-    """Takes jobs of `kind` and acks them done (in batches: it writes nothing),
-    through the code path of every other handler: lease, load, execute, ack."""
+    """Takes jobs of `kind` and acks them done (in batches: it writes nothing)."""
 
     writes_result = False
     timeout_message = "no-op dispatch timed out"

@@ -1,9 +1,4 @@
-"""The runner's background pieces share one interface: start, stop, join.
-
-A `ThreadService` runs its `run()` on one named daemon thread; if `run()` dies
-of an unexpected error, that is logged and it runs again after a short pause,
-so a bug in one beat or one lease round does not take the worker down.
-"""
+"""The runner's background pieces share one interface: start, stop, join."""
 
 from __future__ import annotations
 
@@ -14,7 +9,8 @@ from typing import Protocol
 logger = logging.getLogger(__name__)
 
 RESTART_DELAY_SECONDS = 0.05
-"""Pause before a service whose thread died unexpectedly runs again."""
+"""Pause before a service whose thread died unexpectedly runs again (logged): a bug
+in one beat or one lease round does not take the worker down."""
 
 
 class Service(Protocol):
