@@ -146,7 +146,7 @@ class InFlightJobs:
         """Its outcome is about to be written: `False` if the job was given up
         meanwhile (then nothing may be written). Frees its slot."""
         allowed = _EXECUTING if job.ctx is not None else _QUEUED
-        if not self._move(job, allowed, JobState.FINISHING):
+        if self._move(job, allowed, JobState.FINISHING) is None:
             return False
         if job.ctx is not None:
             seconds = time.monotonic() - job.ctx.started_at
@@ -157,24 +157,27 @@ class InFlightJobs:
     def abandon(self, job: InFlight) -> bool:
         """Give up a queued or executing job (sets its cancel event); `False` if it
         was no longer either."""
-        was = job.state
-        if not self._move(job, HOLDING_A_SLOT, JobState.ABANDONED):
+        was = self._move(job, HOLDING_A_SLOT, JobState.ABANDONED)
+        if was is None:
             return False
         job.cancel.set()
         if was is JobState.EXECUTING:
             self.on_stuck(job)
         return True
 
-    def _move(self, job: InFlight, allowed: frozenset[JobState], to: JobState) -> bool:
+    def _move(self, job: InFlight, allowed: frozenset[JobState], to: JobState) -> JobState | None:
+        """Move `job` from a state in `allowed` to `to`: the state it left (read under
+        the lock, so a pool thread starting it meanwhile is seen), or `None`."""
         with self._lock:
-            if job.state not in allowed or self._jobs.get(job.lease.id) is not job:
-                return False
+            was = job.state
+            if was not in allowed or self._jobs.get(job.lease.id) is not job:
+                return None
             job.state = to
             if to is JobState.ABANDONED:
                 del self._jobs[job.lease.id]
             self.holding -= 1  # every allowed move leaves HOLDING_A_SLOT
         self.on_slot_freed()
-        return True
+        return was
 
     def remove(self, job: InFlight) -> None:
         """Its outcome was written (or will never be): it leaves the registry."""
