@@ -76,7 +76,8 @@ class JobHandler(Protocol[ItemT, ResultT]):
         ...
 
     def save(self, conn: Connection, item: ItemT, result: ResultT, ctx: JobContext) -> None:
-        """Write the result; called only while the lease is current, then acked done."""
+        """Write the result, in the transaction that acks the job done, only for a
+        job whose ack found its lease current (the ack comes first)."""
         ...
 
     def save_failure(self, conn: Connection, item: ItemT, error: str, ctx: JobContext) -> None:
