@@ -13,16 +13,11 @@ from sqlalchemy.exc import IntegrityError
 
 from app.db import Conn
 from app.errors import BadRequest, Conflict, NotFound
+from app.models import DEDUP_SLOTS
 from app.queue.states import dead_job_ids, retry_all_dead, retry_dead
 from app.queue.table import jobs
 
 logger = logging.getLogger(__name__)
-
-DEDUP_INDEXES: Final = frozenset(
-    {"uq_crawler_jobs_analyze_page_inflight", "uq_crawler_jobs_chapter_content_inflight"}
-)
-"""The partial unique indexes that allow one in-flight job per page / chapter."""
-
 
 MAX_KIND_CHARS: Final = 200
 """A kind filter longer than this is certainly not a kind: refused before it reaches SQL."""
@@ -83,7 +78,7 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
 
 
 def _is_dedup_clash(exc: IntegrityError) -> bool:
-    return getattr(getattr(exc.orig, "diag", None), "constraint_name", None) in DEDUP_INDEXES
+    return getattr(getattr(exc.orig, "diag", None), "constraint_name", None) in DEDUP_SLOTS
 
 
 def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
