@@ -90,10 +90,15 @@ class EventBus:
         self._closing = False
         self._notifier: threading.Thread | None = None
 
-    def subscribe(self, subscriber: Subscriber) -> None:
-        """Call `subscriber` for every event (on the publishing thread)."""
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Call `subscriber` for every event (on the publishing thread); returns an unsubscribe."""
         with self._lock:
             self._subscribers = [*self._subscribers, subscriber]
+        return lambda: self._unsubscribe(subscriber)
+
+    def _unsubscribe(self, subscriber: Subscriber) -> None:
+        with self._lock:
+            self._subscribers = [s for s in self._subscribers if s is not subscriber]
 
     def publish(self, event: JobEvent) -> None:
         for subscriber in self._subscribers:  # replaced on subscribe, never changed in place
