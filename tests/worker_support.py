@@ -18,6 +18,7 @@ from sqlalchemy import Engine, text
 
 from app.analysis.events import analysis_event_bus
 from app.analysis.http import VisionClient
+from app.analysis.http_retry import RetryPolicy
 from app.analysis.wiring import analysis_runner
 from app.config import Settings
 from app.queue import request_analysis
@@ -155,8 +156,7 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
             "base_url": settings.vision_url,
             "model": settings.vision_model,
             "read_timeout": 10.0,
-            "retry_initial_seconds": 0.01,
-            "retry_max_seconds": 0.05,
+            "retry": RetryPolicy(initial_seconds=0.01, max_seconds=0.05),
         }
         options.update(client_options or {})
         client = VisionClient(**options)

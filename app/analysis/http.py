@@ -18,7 +18,7 @@ import requests
 
 from app.analysis.analyzer import READY, Readiness, VisionResult
 from app.analysis.answer import ANALYSIS_SCHEMA, SYSTEM_PROMPT, USER_PROMPT, parse_analysis
-from app.analysis.http_retry import ConnectionDropped, RetryingCall, RetryPolicy
+from app.analysis.http_retry import DEFAULT_RETRY, ConnectionDropped, RetryingCall, RetryPolicy
 from app.analysis.http_wire import (
     chat_completion_content,
     completion_payload,
@@ -101,7 +101,7 @@ class ThreadSessions:
 class VisionClient:
     """The `http` analyzer: talks to one OpenAI-compatible server. Thread-safe: a call keeps
     its state on its own stack, and each thread has its own session (from `session_factory`).
-    `max_attempts` and the `retry_*` arguments make its `RetryPolicy`."""
+    `retry` says how often and how long a failed request is retried."""
 
     def __init__(
         self,
@@ -114,18 +114,10 @@ class VisionClient:
         connect_timeout: float = DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
         read_timeout: float = DEFAULT_VISION_READ_TIMEOUT_SECONDS,
         session_factory: Callable[[], requests.Session] = requests.Session,
-        max_attempts: int = 5,
-        retry_initial_seconds: float = 0.5,
-        retry_max_seconds: float = 10.0,
-        retry_jitter: float = 0.5,
+        retry: RetryPolicy = DEFAULT_RETRY,
         observer: VisionObserver | None = None,
     ) -> None:
-        self.retry = RetryPolicy(
-            max_attempts=max_attempts,
-            initial_seconds=retry_initial_seconds,
-            max_seconds=retry_max_seconds,
-            jitter=min(max(retry_jitter, 0.0), 1.0),
-        )
+        self.retry = retry
         self.base_url = base_url.rstrip("/")
         self.chat_url = f"{self.base_url}/v1/chat/completions"
         self.health_url = health_url or f"{self.base_url}/health"

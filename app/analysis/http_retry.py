@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, NoReturn, TypeVar
+from typing import Final, Generic, NoReturn, TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exponential
 
@@ -42,6 +42,11 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if not 0.0 <= self.jitter <= 1.0:
+            raise ValueError(f"jitter must be between 0 and 1, got {self.jitter}")
+
+
+DEFAULT_RETRY: Final = RetryPolicy()
 
 
 class RetryingCall(Generic[T]):

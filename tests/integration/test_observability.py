@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
 from app.analysis.http import VisionClient
+from app.analysis.http_retry import RetryPolicy
 from app.analysis.images import prepare_image
 from app.observability.logs import JsonFormatter
 from app.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
@@ -137,8 +138,7 @@ def test_vision_client_reports_each_request(vision_server):
     client = VisionClient(
         base_url=vision_server.url,
         model="m",
-        retry_initial_seconds=0.01,
-        retry_max_seconds=0.01,
+        retry=RetryPolicy(initial_seconds=0.01, max_seconds=0.01),
         observer=Recorder(),
     )
     with client:

@@ -11,6 +11,7 @@ import pytest
 import requests
 
 from app.analysis.http import VisionClient
+from app.analysis.http_retry import RetryPolicy
 from app.analysis.http_wire import is_dropped_connection, transport_reason
 from app.analysis.images import PreparedImage
 from app.errors import VisionUnavailable, truncated, without_reprs
@@ -128,7 +129,7 @@ def test_readiness_says_why_not(vision_server: ScriptedVisionServer) -> None:
 
 def test_an_answer_cut_off_mid_body_is_named_plainly_and_retried(cut_off_server: str) -> None:
     page = PreparedImage("image/png", b"png", 1, 1, reencoded=False)
-    client = VisionClient(base_url=cut_off_server, model="m", max_attempts=2)
+    client = VisionClient(base_url=cut_off_server, model="m", retry=RetryPolicy(max_attempts=2))
     with client, pytest.raises(VisionUnavailable) as caught:
         client.analyze(page, deadline=time.monotonic() + 10)
     message = str(caught.value)

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from PIL import Image
 
 from app.analysis.answer import ANALYSIS_SCHEMA, ANSWER_TEXT_MAX_CHARS, TAGS_MAX_ITEMS
 from app.analysis.http import VisionClient
+from app.analysis.http_retry import RetryPolicy
 from app.analysis.images import PreparedImage
 from app.errors import (
     DispatchTimeout,
@@ -43,6 +45,10 @@ def page() -> PreparedImage:
     return PreparedImage("image/png", out.getvalue(), 8, 12, reencoded=False)
 
 
+FAST_RETRY = RetryPolicy(initial_seconds=0.01, max_seconds=0.02, jitter=0.0)
+"""Backoff shrunk to milliseconds."""
+
+
 @pytest.fixture
 def make_client(vision_server: ScriptedVisionServer) -> Iterator[MakeClient]:
     """Clients aimed at the scripted server, with backoff shrunk to milliseconds."""
@@ -53,9 +59,7 @@ def make_client(vision_server: ScriptedVisionServer) -> Iterator[MakeClient]:
             "base_url": vision_server.url,
             "model": "qwen-vl",
             "max_tokens": 777,
-            "retry_initial_seconds": 0.01,
-            "retry_max_seconds": 0.02,
-            "retry_jitter": 0.0,
+            "retry": FAST_RETRY,
         }
         options.update(overrides)
         client = VisionClient(**options)
@@ -293,7 +297,7 @@ def test_exhausted_retries_name_the_last_status_and_message(
 ) -> None:
     vision_server.default = Reply(status=503, body=body)
     with pytest.raises(VisionUnavailable) as caught:
-        make_client(max_attempts=3).analyze(page, deadline=soon())
+        make_client(retry=replace(FAST_RETRY, max_attempts=3)).analyze(page, deadline=soon())
     message = str(caught.value)
     assert expected in message
     assert "after 3 attempt(s)" in message
@@ -366,7 +370,9 @@ def test_refused_connection_is_retried_until_the_deadline(
     vision_server: ScriptedVisionServer, make_client: MakeClient, page: PreparedImage
 ) -> None:
     vision_server.stop()
-    client = make_client(max_attempts=10_000, retry_initial_seconds=0.02, retry_max_seconds=0.05)
+    client = make_client(
+        retry=RetryPolicy(max_attempts=10_000, initial_seconds=0.02, max_seconds=0.05)
+    )
     started = time.monotonic()
     deadline = started + 0.6
     with pytest.raises(VisionUnavailable, match="no time left before the deadline") as caught:
@@ -387,7 +393,7 @@ def test_cancel_during_backoff_stops_at_once(
     vision_server: ScriptedVisionServer, make_client: MakeClient, page: PreparedImage
 ) -> None:
     vision_server.default = error_reply(503, "Loading model")
-    client = make_client(retry_initial_seconds=30.0, retry_max_seconds=30.0)
+    client = make_client(retry=RetryPolicy(initial_seconds=30.0, max_seconds=30.0))
     cancel = threading.Event()
     sleeping = threading.Event()
 

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from app.analysis.http import VisionClient
+from app.analysis.http_retry import RetryPolicy
 from app.analysis.images import PreparedImage
 from app.errors import VisionUnavailable
 from tests.helpers import wait_until
@@ -176,7 +177,7 @@ def test_a_request_the_server_hangs_up_on_is_sent_again_at_once(server: Counting
     # request goes out on it. With a 30 s backoff and a 10 s deadline, only an
     # immediate retry on a new connection can succeed.
     server.answers_per_connection = 1
-    with client_for(server, retry_initial_seconds=30.0, retry_max_seconds=30.0) as client:
+    with client_for(server, retry=RetryPolicy(initial_seconds=30.0, max_seconds=30.0)) as client:
         assert client.analyze(PAGE, deadline=soon()).attempts == 1
         second = client.analyze(PAGE, deadline=soon())
     assert second.attempts == 2
@@ -188,7 +189,7 @@ def test_a_server_that_always_hangs_up_is_retried_with_backoff_and_named(
     server: CountingServer,
 ) -> None:
     server.answers_per_connection = 0
-    client = client_for(server, max_attempts=3, retry_initial_seconds=0.01)
+    client = client_for(server, retry=RetryPolicy(max_attempts=3, initial_seconds=0.01))
     with client, pytest.raises(VisionUnavailable) as caught:
         client.analyze(PAGE, deadline=soon())
     message = str(caught.value)
