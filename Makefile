@@ -61,6 +61,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check app tests bench alembic examples
+	$(VENV)/bin/ruff format --check app tests bench alembic examples
 	$(VENV)/bin/mypy app
 
 clean:

@@ -14,7 +14,6 @@ DOCS = ROOT / "docs"
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 
 
-
 def test_every_setting_is_documented() -> None:
     documented = (DOCS / "environment.md").read_text()
     missing = [
