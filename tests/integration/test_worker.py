@@ -4,6 +4,7 @@ server on 127.0.0.1 with scripted answers, real files in a storage root."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import threading
 from datetime import timedelta
 
@@ -20,6 +21,20 @@ from tests.worker_support import png_bytes
 def held_answer(hold: threading.Event) -> Reply:
     """A good answer that is sent only once `hold` is set."""
     return Reply(body=ok_answer(analysis_content()).body, block=hold)
+
+
+@contextlib.contextmanager
+def held_page_job(harness, vision_server):
+    """A page with a pending analysis job whose answer waits for `hold`; `hold` is
+    set on the way out, so a failing test never leaves the model server blocked."""
+    page_id = harness.add_page(png_bytes())
+    job_id = harness.request(page_id)
+    hold = threading.Event()
+    vision_server.script(held_answer(hold))
+    try:
+        yield page_id, job_id, hold
+    finally:
+        hold.set()
 
 
 def test_happy_path_writes_the_analysis_acks_and_publishes(harness, vision_server):
@@ -121,15 +136,11 @@ def test_a_bad_answer_fails_the_attempt_and_schedules_a_retry(
 
 
 def test_timeout_fails_the_attempt_with_a_clear_message(harness, vision_server):
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.running(job_timeout_seconds=1.0):
-            harness.events.wait_for("failed", page_id)
-    finally:
-        hold.set()
+    with (
+        held_page_job(harness, vision_server) as (page_id, job_id, _hold),
+        harness.running(job_timeout_seconds=1.0),
+    ):
+        harness.events.wait_for("failed", page_id)
     job = harness.job(job_id)
     assert job.state == "pending" and job.attempts == 1
     assert "analysis dispatch timed out" in job.last_error
@@ -219,19 +230,15 @@ def test_a_failed_forced_re_analysis_keeps_the_earlier_success(harness, vision_s
 
 
 def test_shutdown_mid_dispatch_releases_the_job_at_once(harness, vision_server):
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.build() as runner:
-            runner.start()
-            vision_server.wait_for_requests(1)
-            runner.stop()
-            assert runner.join(5), "in-flight job was waited for"
-            harness.events.wait_for("cancelled", page_id)
-    finally:
-        hold.set()
+    with (
+        held_page_job(harness, vision_server) as (page_id, job_id, _hold),
+        harness.build() as runner,
+    ):
+        runner.start()
+        vision_server.wait_for_requests(1)
+        runner.stop()
+        assert runner.join(5), "in-flight job was waited for"
+        harness.events.wait_for("cancelled", page_id)
     job = harness.job(job_id)
     assert job.state == "pending" and job.attempts == 0 and job.lease_generation == 2
     assert harness.analysis(page_id) is None
@@ -239,24 +246,20 @@ def test_shutdown_mid_dispatch_releases_the_job_at_once(harness, vision_server):
 
 
 def test_a_lease_stolen_mid_dispatch_never_writes_the_loser_result(harness, vision_server):
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.build() as runner:
-            runner.start()
-            vision_server.wait_for_requests(1)
-            # Another worker takes the job over (as after an expired lease).
-            with harness.engine.begin() as conn:
-                assert release_unowned(conn, job_id)
-                (thief,) = lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
-            hold.set()  # the loser's answer now arrives
-            wait_until(lambda: vision_server.requests and runner_idle(runner))
-            runner.stop()
-            assert runner.join(5)
-    finally:
-        hold.set()
+    with (
+        held_page_job(harness, vision_server) as (page_id, job_id, hold),
+        harness.build() as runner,
+    ):
+        runner.start()
+        vision_server.wait_for_requests(1)
+        # Another worker takes the job over (as after an expired lease).
+        with harness.engine.begin() as conn:
+            assert release_unowned(conn, job_id)
+            (thief,) = lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
+        hold.set()  # the loser's answer now arrives
+        wait_until(lambda: vision_server.requests and runner_idle(runner))
+        runner.stop()
+        assert runner.join(5)
     assert harness.analysis(page_id) is None
     job = harness.job(job_id)
     assert job.state == "running" and job.lease_generation == thief.lease_generation
@@ -268,42 +271,31 @@ def runner_idle(runner) -> bool:
 
 
 def test_heartbeat_renews_the_lease_while_the_model_thinks(harness, vision_server):
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.running(lease_seconds=0.9):
-            vision_server.wait_for_requests(1)
-            first = harness.job(job_id).leased_until
-            wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
-            hold.set()
-            harness.events.wait_for("completed", page_id)
-    finally:
+    with (
+        held_page_job(harness, vision_server) as (page_id, job_id, hold),
+        harness.running(lease_seconds=0.9),
+    ):
+        vision_server.wait_for_requests(1)
+        first = harness.job(job_id).leased_until
+        wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
         hold.set()
+        harness.events.wait_for("completed", page_id)
     assert harness.job(job_id).state == "done"
 
 
 def test_a_database_restart_mid_job_loses_nothing(harness, vision_server):
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.running():
-            vision_server.wait_for_requests(1)
-            # What clients see of a restart: every connection of theirs dropped.
-            with harness.engine.connect() as conn:
-                conn.execute(
-                    text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                    )
+    with held_page_job(harness, vision_server) as (page_id, job_id, hold), harness.running():
+        vision_server.wait_for_requests(1)
+        # What clients see of a restart: every connection of theirs dropped.
+        with harness.engine.connect() as conn:
+            conn.execute(
+                text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid()"
                 )
-            hold.set()
-            harness.events.wait_for("completed", page_id)
-    finally:
+            )
         hold.set()
+        harness.events.wait_for("completed", page_id)
     assert harness.job(job_id).state == "done"
     assert harness.analysis(page_id).status == "done"
 
@@ -487,20 +479,16 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
 
     renew = fail_first_call(heartbeat_module.renew_many, RuntimeError("bug in the heartbeat"))
     monkeypatch.setattr(heartbeat_module, "renew_many", renew)
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.running(lease_seconds=0.6):
-            vision_server.wait_for_requests(1)
-            wait_until(lambda: renew.calls >= 3, timeout=5)  # beats go on after the death
-            first = harness.job(job_id).leased_until
-            wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
-            hold.set()
-            harness.events.wait_for("completed", page_id)
-    finally:
+    with (
+        held_page_job(harness, vision_server) as (page_id, job_id, hold),
+        harness.running(lease_seconds=0.6),
+    ):
+        vision_server.wait_for_requests(1)
+        wait_until(lambda: renew.calls >= 3, timeout=5)  # beats go on after the death
+        first = harness.job(job_id).leased_until
+        wait_until(lambda: harness.job(job_id).leased_until > first, timeout=5)
         hold.set()
+        harness.events.wait_for("completed", page_id)
     assert "heartbeat thread" in caplog.text and "died" in caplog.text
     assert "starting a new one" in caplog.text
     assert harness.job(job_id).state == "done"
@@ -509,23 +497,19 @@ def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
 def test_a_heartbeat_that_finds_the_lease_gone_abandons_the_job_at_once(
     harness, vision_server, caplog
 ):
-    page_id = harness.add_page(png_bytes())
-    job_id = harness.request(page_id)
-    hold = threading.Event()
-    vision_server.script(held_answer(hold))
-    try:
-        with harness.build(lease_seconds=0.6) as runner:
-            runner.start()
-            vision_server.wait_for_requests(1)
-            with harness.engine.begin() as conn:
-                assert release_unowned(conn, job_id)
-                lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
-            # The model has not answered, yet the worker lets go of the job.
-            wait_until(lambda: runner_idle(runner), timeout=5)
-            runner.stop()
-            assert runner.join(5)
-    finally:
-        hold.set()
+    with (
+        held_page_job(harness, vision_server) as (page_id, job_id, _hold),
+        harness.build(lease_seconds=0.6) as runner,
+    ):
+        runner.start()
+        vision_server.wait_for_requests(1)
+        with harness.engine.begin() as conn:
+            assert release_unowned(conn, job_id)
+            lease(conn, KIND_ANALYZE_PAGE, 1, timedelta(minutes=5))
+        # The model has not answered, yet the worker lets go of the job.
+        wait_until(lambda: runner_idle(runner), timeout=5)
+        runner.stop()
+        assert runner.join(5)
     assert "lost its lease" in caplog.text
     assert harness.analysis(page_id) is None
     assert harness.job(job_id).state == "running"
