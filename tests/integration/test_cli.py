@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 
 from app.queue import request_analysis
 from tests.helpers import make_page
-from tests.vision_server import Reply, analysis_content, ok_answer
+from tests.vision_server import analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 
@@ -149,42 +149,6 @@ def test_run_worker_processes_pages_end_to_end_and_stops_cleanly(
     assert all(r.status == "done" and r.ocr_text == "よつばと！" for r in rows)
     assert all(r.duration_ms is not None and r.duration_ms >= 0 for r in rows)
     assert states == ["done"]
-
-
-def test_sigterm_mid_dispatch_releases_the_job_and_exits_zero(
-    database_url, engine, vision_server, tmp_path
-):
-    storage = tmp_path / "storage"
-    storage.mkdir()
-    (storage / "a.png").write_bytes(png_bytes())
-    with engine.begin() as conn:
-        page = make_page(conn, storage_key="a.png")
-        job_id = request_analysis(conn, page)
-    hold = threading.Event()
-    vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
-
-    with listening(database_url) as received:
-        process = start_worker(_env(database_url, vision_server.url, storage), tmp_path)
-        try:
-            vision_server.wait_for_requests(1, timeout=30)
-            started = time.monotonic()
-            code, output = stop_worker(process, signal.SIGTERM)
-            elapsed = time.monotonic() - started
-            (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
-        finally:
-            hold.set()
-            if process.poll() is None:
-                process.kill()
-
-    assert code == 0, output
-    assert elapsed < 10, f"shutdown waited for the model: {elapsed:.1f} s"
-    assert cancelled["page_id"] == str(page)
-    with engine.connect() as conn:
-        job = conn.execute(
-            text("SELECT state, attempts FROM crawler_jobs WHERE id = :id"), {"id": job_id}
-        ).one()
-        assert conn.execute(text("SELECT count(*) FROM page_analysis")).scalar_one() == 0
-    assert (job.state, job.attempts) == ("pending", 0)
 
 
 def test_run_worker_refuses_an_unmigrated_database(empty_database_url, vision_server, tmp_path):

@@ -27,13 +27,14 @@ ROOT = Path(__file__).resolve().parents[2]
 MANAGE = ROOT / "examples" / "django_project" / "manage.py"
 
 
-def _one_held_page(engine: Engine, vision_server: ScriptedVisionServer, storage: Path) -> object:
+def _one_page(engine: Engine, storage: Path) -> tuple[object, object]:
+    """A stored page and its pending analysis job: `(page_id, job_id)`."""
     storage.mkdir()
     (storage / "a.png").write_bytes(png_bytes())
     with engine.begin() as conn:
         page = make_page(conn, storage_key="a.png")
         job_id = request_analysis(conn, page)
-    return job_id
+    return page, job_id
 
 
 def _assert_released(engine: Engine, job_id: object) -> None:
@@ -45,8 +46,8 @@ def _assert_released(engine: Engine, job_id: object) -> None:
     assert (job.state, job.attempts) == ("pending", 0)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
-def test_run_worker_stops_gracefully_on_sigint_and_sighup(
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_run_worker_stops_gracefully_mid_dispatch(
     sig: signal.Signals,
     database_url: str,
     engine: Engine,
@@ -54,15 +55,17 @@ def test_run_worker_stops_gracefully_on_sigint_and_sighup(
     tmp_path: Path,
 ) -> None:
     storage = tmp_path / "storage"
-    job_id = _one_held_page(engine, vision_server, storage)
+    page, job_id = _one_page(engine, storage)
     hold = threading.Event()
     vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
     with listening(database_url) as received:
         process = start_worker(_env(database_url, vision_server.url, storage), tmp_path)
         try:
             vision_server.wait_for_requests(1, timeout=30)
+            started = time.monotonic()
             output = stop_worker(process, sig, timeout=20)[1]
-            wait_for(received, "cancelled", 1, timeout=10)
+            elapsed = time.monotonic() - started
+            (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
         finally:
             hold.set()
             if process.poll() is None:
@@ -71,6 +74,8 @@ def test_run_worker_stops_gracefully_on_sigint_and_sighup(
     assert process.returncode == 0, output
     assert f"{sig.name} received: stopping" in output and "run-worker stopped" in output
     assert "Traceback" not in output
+    assert elapsed < 10, f"shutdown waited for the model: {elapsed:.1f} s"
+    assert cancelled["page_id"] == str(page)
     _assert_released(engine, job_id)
 
 
@@ -164,7 +169,7 @@ def test_django_run_worker_stops_gracefully_on_sighup(
     database_url: str, engine: Engine, vision_server: ScriptedVisionServer, tmp_path: Path
 ) -> None:
     storage = tmp_path / "storage"
-    job_id = _one_held_page(engine, vision_server, storage)
+    _, job_id = _one_page(engine, storage)
     hold = threading.Event()
     vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
     env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
