@@ -20,11 +20,12 @@ from sqlalchemy import Engine, text
 from app.queue import request_analysis
 from tests.helpers import make_page, wait_until
 from tests.integration.test_cli import _env, listening, start_worker, stop_worker, wait_for
+from tests.integration.web_django.test_django_commands import _env as django_env
+from tests.integration.web_django.test_django_commands import start_run_worker
 from tests.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
-MANAGE = ROOT / "examples" / "django_project" / "manage.py"
 
 
 def _one_page(engine: Engine, storage: Path) -> tuple[object, object]:
@@ -172,23 +173,14 @@ def test_django_run_worker_stops_gracefully_on_sighup(
     _, job_id = _one_page(engine, storage)
     hold = threading.Event()
     vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
-    env = {key: value for key, value in os.environ.items() if key != "DJANGO_SETTINGS_MODULE"}
-    env.update(
-        DATABASE_URL=database_url,
+    env = django_env(
+        database_url,
         VISION_URL=vision_server.url,
         STORAGE_ROOT=str(storage),
         IDLE_POLL_SECONDS="0.05",
         READINESS_POLL_SECONDS="0.1",
-        PYTHONUNBUFFERED="1",
     )
-    process = subprocess.Popen(
-        [sys.executable, str(MANAGE), "run_worker"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_run_worker(env, tmp_path)
     try:
         vision_server.wait_for_requests(1, timeout=60)
         output = stop_worker(process, signal.SIGHUP, timeout=20)[1]

@@ -29,6 +29,18 @@ def _env(database_url: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def start_run_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
+    """`manage.py run_worker` as a subprocess, its output (stderr included) on stdout."""
+    return subprocess.Popen(
+        [sys.executable, str(MANAGE), "run_worker"],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
 def _manage(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, str(MANAGE), *args],
@@ -87,14 +99,7 @@ def test_run_worker_processes_pages_and_stops_on_sigterm(
         IDLE_POLL_SECONDS="0.05",
         READINESS_POLL_SECONDS="0.1",
     )
-    process = subprocess.Popen(
-        [sys.executable, str(MANAGE), "run_worker"],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    process = start_run_worker(env, tmp_path)
     try:
 
         def analysed() -> bool:
