@@ -37,21 +37,21 @@ test-wheel: $(STAMP)
 	WHEEL_TEST=1 $(PY) -m pytest tests/wheel $(PYTEST_ARGS)
 
 run-worker: $(STAMP)
-	$(PY) -m app run-worker
+	$(PY) -m manga_page_analysis run-worker
 
 # The sample manga analysed by the in-process OCR: no model server needed.
 .PHONY: demo
 demo: $(STAMP)
-	$(PY) -m app demo
+	$(PY) -m manga_page_analysis demo
 
 # Measures the `ocr` analyzer on a folder of images with a ground_truth.json (docs/ocr.md).
 .PHONY: eval-ocr
 eval-ocr: $(STAMP)
 	@test -n "$(DATA)" || { echo "usage: make eval-ocr DATA=<folder with ground_truth.json>"; exit 2; }
-	$(PY) -m app.analysis.ocr_eval $(DATA) $(EVAL_ARGS)
+	$(PY) -m manga_page_analysis.analysis.ocr_eval $(DATA) $(EVAL_ARGS)
 
 migrate: $(STAMP)
-	$(PY) -m app migrate
+	$(PY) -m manga_page_analysis migrate
 
 # PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra);
 # PGBOUNCER=1 also 1-8 worker processes through PgBouncer vs direct (docs/scaling.md).
@@ -60,9 +60,9 @@ bench: $(STAMP)
 	BENCH_PEERS=$(PEERS) BENCH_PGBOUNCER=$(PGBOUNCER) $(PY) -m bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check app tests bench alembic examples
-	$(VENV)/bin/ruff format --check app tests bench alembic examples
-	$(VENV)/bin/mypy app
+	$(VENV)/bin/ruff check manga_page_analysis tests bench alembic examples
+	$(VENV)/bin/ruff format --check manga_page_analysis tests bench alembic examples
+	$(VENV)/bin/mypy manga_page_analysis
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -9,9 +9,9 @@ from logging.config import fileConfig
 from sqlalchemy import Connection, pool
 
 from alembic import context
-from app.config import Settings
-from app.db import database_url, make_engine
-from app.models import Base
+from manga_page_analysis.config import Settings
+from manga_page_analysis.db import database_url, make_engine
+from manga_page_analysis.models import Base
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):

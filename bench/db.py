@@ -16,9 +16,9 @@ from typing import Final
 
 from sqlalchemy import Connection, Engine, text
 
-from app.db import make_engine, normalise_url
-from app.migrations import upgrade_head
 from bench.pg import throwaway_server
+from manga_page_analysis.db import make_engine, normalise_url
+from manga_page_analysis.migrations import upgrade_head
 
 APP_TABLES: Final = ("page_analysis", "pages", "chapters", "mangas", "crawler_jobs")
 """Every table a section writes; truncated between sections."""

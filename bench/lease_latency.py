@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from app.queue import KIND_SYNC_MANGA, ack_done, lease
 from bench.db import seed_jobs, vacuum_analyze
 from bench.report import percentile
+from manga_page_analysis.queue import KIND_SYNC_MANGA, ack_done, lease
 
 LEASE_DURATION = timedelta(seconds=60)
 

@@ -1,6 +1,6 @@
 """The no-op job for sections 2 and 3: the project's `NoopHandler` when it exists.
 
-`app.worker.noop.NoopHandler` (no result to write, so its acks can be batched)
+`manga_page_analysis.worker.noop.NoopHandler` (no result to write, so its acks can be batched)
 is used when the installed app has it; otherwise `LocalNoopHandler` with the
 same protocol. `Observed` wraps either and calls a hook when `execute` starts,
 which is how the benchmark counts jobs and times pickup.
@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.queue import (
+from manga_page_analysis.queue import (
     KIND_SYNC_CHAPTER_CONTENT,
     KIND_SYNC_CHAPTER_LIST,
     KIND_SYNC_MANGA,
@@ -24,7 +24,7 @@ from app.queue import (
     SyncChapterList,
     SyncManga,
 )
-from app.worker import JobContext
+from manga_page_analysis.worker import JobContext
 
 
 class LocalNoopHandler:
@@ -54,15 +54,18 @@ class LocalNoopHandler:
 
 
 def noop_handler() -> tuple[Any, str]:
-    """A no-op handler and where it came from (`app.worker.noop` or `bench`)."""
+    """A no-op handler and where it came from (`manga_page_analysis.worker.noop` or `bench`)."""
     try:
-        from app.worker.noop import NoopHandler  # type: ignore[import-not-found,unused-ignore]
+        from manga_page_analysis.worker.noop import NoopHandler  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
-        return LocalNoopHandler(), "bench.noop.LocalNoopHandler (app.worker.noop is absent)"
+        return (
+            LocalNoopHandler(),
+            "bench.noop.LocalNoopHandler (manga_page_analysis.worker.noop is absent)",
+        )
     try:
-        return NoopHandler(KIND_SYNC_MANGA), "app.worker.noop.NoopHandler"
+        return NoopHandler(KIND_SYNC_MANGA), "manga_page_analysis.worker.noop.NoopHandler"
     except TypeError:  # a NoopHandler with a kind of its own
-        return NoopHandler(), "app.worker.noop.NoopHandler"
+        return NoopHandler(), "manga_page_analysis.worker.noop.NoopHandler"
 
 
 class Observed:

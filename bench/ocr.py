@@ -15,8 +15,8 @@ import statistics
 import time
 from pathlib import Path
 
-from app.analysis.images import prepare_image
-from app.analysis.ocr import OcrAnalyzer
+from manga_page_analysis.analysis.images import prepare_image
+from manga_page_analysis.analysis.ocr import OcrAnalyzer
 
 SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sample_manga"
 

@@ -20,13 +20,13 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, insert, text
 
-from app.db import make_engine
-from app.models import Job
-from app.queue import enqueue as enqueue_one
-from app.worker import Runner
 from bench.child import peak_rss_mb, ready, stop_requested
 from bench.db import vacuum_analyze
 from bench.noop import Observed, marker_of, noop_handler, payload_for
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.models import Job
+from manga_page_analysis.queue import enqueue as enqueue_one
+from manga_page_analysis.worker import Runner
 
 POLL_SECONDS = 0.002
 """How often the drain looks at the done count once every job has started."""
@@ -35,10 +35,10 @@ DONE_SQL = text("SELECT count(*) FROM crawler_jobs WHERE state = 'done'")
 
 
 def _enqueue_many() -> Any:
-    """`app.queue.enqueue_many`, or `None` while the installed app lacks it."""
-    import app.queue
+    """`manga_page_analysis.queue.enqueue_many`, or `None` while the installed app lacks it."""
+    import manga_page_analysis.queue
 
-    return getattr(app.queue, "enqueue_many", None)
+    return getattr(manga_page_analysis.queue, "enqueue_many", None)
 
 
 def _truncate(engine: Engine) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from PIL import Image, ImageDraw
 from sqlalchemy import Engine, insert
 
-from app.models import Chapter, Manga, Page
+from manga_page_analysis.models import Chapter, Manga, Page
 
 PAGES_PER_CHAPTER = 20
 PAGE_SIZE_PX = (240, 340)

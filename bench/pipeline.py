@@ -17,12 +17,12 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
-from app.analysis.wiring import analysis_runner
-from app.config import Settings
-from app.db import make_engine
-from app.queue import request_analysis
 from bench import child
 from bench.pages import create_pages
+from manga_page_analysis.analysis.wiring import analysis_runner
+from manga_page_analysis.config import Settings
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.queue import request_analysis
 from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 
 POLL_SECONDS = 0.01

@@ -1,6 +1,6 @@
 """`make bench PGBOUNCER=1`: page-analysis workers through PgBouncer vs direct.
 
-For 1, 2, 4 and 8 worker processes (`python -m app run-worker`, each with
+For 1, 2, 4 and 8 worker processes (`python -m manga_page_analysis run-worker`, each with
 `BENCH_SCALE_THREADS` analysis threads) on each route:
 
 - `direct`: `DATABASE_URL` is Postgres itself (LISTEN on it);
@@ -41,10 +41,10 @@ import psycopg
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
-from app.db import connect_kwargs, make_engine
-from app.queue import AnalyzePage, enqueue_many, request_analysis
 from bench.pages import create_pages
 from bench.report import emit, percentile, progress, table
+from manga_page_analysis.db import connect_kwargs, make_engine
+from manga_page_analysis.queue import AnalyzePage, enqueue_many, request_analysis
 from tests.pgbouncer import PgBouncer, start_pgbouncer, stop_pgbouncer
 from tests.vision_server import ScriptedVisionServer
 
@@ -245,7 +245,7 @@ def _env(worker_url: str, direct_url: str, vision_url: str, storage: Path) -> di
 def _workers(env: dict[str, str], processes: int) -> Iterator[None]:
     started = [
         subprocess.Popen(
-            [sys.executable, "-m", "app", "--log-level", "WARNING", "run-worker"],
+            [sys.executable, "-m", "manga_page_analysis", "--log-level", "WARNING", "run-worker"],
             env=env,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

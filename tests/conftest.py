@@ -25,8 +25,8 @@ from pytest_postgresql.executors import PostgreSQLExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 from sqlalchemy import Engine
 
-from app.db import make_engine
-from app.migrations import upgrade_head
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.migrations import upgrade_head
 from tests.postgres_server import PG_CTL_WRAPPER, private_postgres
 
 __all__ = ["PG_CTL_WRAPPER"]

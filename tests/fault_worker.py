@@ -18,9 +18,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from app.db import make_engine
-from app.queue import KIND_SYNC_MANGA, Lease
-from app.worker import JobContext, Runner
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.queue import KIND_SYNC_MANGA, Lease
+from manga_page_analysis.worker import JobContext, Runner
 
 
 class CountingHandler:

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, insert, text
 
-from app.models import Chapter, Job, Manga, Page
+from manga_page_analysis.models import Chapter, Job, Manga, Page
 
 T = TypeVar("T")
 

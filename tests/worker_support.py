@@ -16,14 +16,14 @@ import pytest
 from PIL import Image
 from sqlalchemy import Engine, text
 
-from app.analysis.events import analysis_event_bus
-from app.analysis.http import VisionClient
-from app.analysis.http_retry import RetryPolicy
-from app.analysis.wiring import analysis_runner
-from app.config import Settings
-from app.queue import request_analysis
-from app.worker.events import JobEvent
-from app.worker.runner import Runner
+from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.http_retry import RetryPolicy
+from manga_page_analysis.analysis.wiring import analysis_runner
+from manga_page_analysis.config import Settings
+from manga_page_analysis.queue import request_analysis
+from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.runner import Runner
 from tests.helpers import make_page
 
 

@@ -7,7 +7,7 @@ Run from the repository root (after `make install`):
     ADMIN_TOKEN=s3cret .venv/bin/python examples/flask_app/main.py
 
 Without `DATABASE_URL` it uses the embedded Postgres under `.dev/` (the same
-one `make run-worker` and `python -m app import-pages` use) and brings its
+one `make run-worker` and `python -m manga_page_analysis import-pages` use) and brings its
 schema to head first. See README.md beside this file.
 """
 
@@ -24,10 +24,10 @@ from flask.typing import ResponseReturnValue
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
-from app.config import Settings
-from app.db import make_engine
-from app.queue import request_analysis
-from app.web.flask import admin_blueprint
+from manga_page_analysis.config import Settings
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.queue import request_analysis
+from manga_page_analysis.web.flask import admin_blueprint
 
 ADMIN_MOUNT = "/admin/analysis"
 
@@ -69,7 +69,7 @@ def main() -> None:
     engine = make_engine(settings)
     if not settings.database_url:
         # Like `make run-worker`, the embedded dev database is migrated on start.
-        from app.migrations import upgrade_head
+        from manga_page_analysis.migrations import upgrade_head
 
         upgrade_head(engine.url.render_as_string(hide_password=False))
     token = os.environ.get("ADMIN_TOKEN") or secrets.token_urlsafe(18)

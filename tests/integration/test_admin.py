@@ -1,4 +1,4 @@
-"""`app.admin` on real Postgres: stats, keyset listing with labels, retry, page analysis."""
+"""`manga_page_analysis.admin` on real Postgres: stats, keyset listing with labels, retry, page analysis."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import insert, text, update
 
-from app.admin import (
+from manga_page_analysis.admin import (
     BadRequest,
     Conflict,
     NotFound,
@@ -27,8 +27,14 @@ from app.admin import (
     retry_dead_jobs,
     retry_job,
 )
-from app.models import Chapter, Job, Manga, PageAnalysis
-from app.queue import AnalyzePage, SyncChapterContent, SyncChapterList, SyncManga, enqueue
+from manga_page_analysis.models import Chapter, Job, Manga, PageAnalysis
+from manga_page_analysis.queue import (
+    AnalyzePage,
+    SyncChapterContent,
+    SyncChapterList,
+    SyncManga,
+    enqueue,
+)
 from tests.helpers import count, insert_raw_job, job_row, make_page, wait_until
 
 
@@ -342,7 +348,7 @@ def test_retry_dead_jobs_retries_all_skipping_taken_slots(engine):
 
 
 def test_retry_dead_jobs_falls_back_when_a_slot_is_taken_during_the_batch(engine, caplog):
-    caplog.set_level(logging.INFO, logger="app.admin.retry")
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.admin.retry")
     raced = uuid.uuid4()
     with engine.begin() as conn:
         clash = _dead(conn, AnalyzePage(page_id=raced))

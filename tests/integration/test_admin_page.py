@@ -21,9 +21,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from app.analysis.events import analysis_event_bus
-from app.queue import AnalyzePage, enqueue
-from app.worker.events import JobEvent
+from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.queue import AnalyzePage, enqueue
+from manga_page_analysis.worker.events import JobEvent
 from tests.helpers import insert_raw_job, job_row, make_page, wait_until
 
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def admin_server(engine: Engine) -> Iterator[tuple[str, Any]]:
     from flask import Flask
     from werkzeug.serving import make_server
 
-    from app.web.flask import admin_blueprint
+    from manga_page_analysis.web.flask import admin_blueprint
 
     host = Flask(__name__)
     # A short keep-alive lets the server notice the closed browser quickly,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-import app.queue
+import manga_page_analysis.queue
 
 ROOT = Path(__file__).resolve().parents[2]
 TOY_SIZES = {
@@ -65,7 +65,7 @@ def _run_bench(database_url: str, results: Path, **extra: str) -> dict[str, Any]
 def _check_system(data: dict[str, Any], system: str) -> None:
     (enqueued,) = data["enqueue"][system]
     assert enqueued["single"]["jobs"] == 200 and _is_number(enqueued["single"]["jobs_per_s"])
-    if system != "ours" or hasattr(app.queue, "enqueue_many"):
+    if system != "ours" or hasattr(manga_page_analysis.queue, "enqueue_many"):
         assert enqueued["many"]["jobs"] == 200 and _is_number(enqueued["many"]["jobs_per_s"])
     else:
         assert enqueued["many"] is None  # reported as n/a until enqueue_many exists

@@ -1,4 +1,4 @@
-"""Acceptance: `python -m app run-worker` as a subprocess, against a real
+"""Acceptance: `python -m manga_page_analysis run-worker` as a subprocess, against a real
 Postgres and the scripted vision server, watched through LISTEN."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.queue import request_analysis
+from manga_page_analysis.queue import request_analysis
 from tests.helpers import make_page
 from tests.vision_server import analysis_content, ok_answer
 from tests.worker_support import png_bytes
@@ -76,9 +76,9 @@ def wait_for(received: list[dict], kind: str, n: int, timeout: float = 30.0) -> 
 
 
 def run_cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`python -m app ARGS` to completion, output captured."""
+    """`python -m manga_page_analysis ARGS` to completion, output captured."""
     return subprocess.run(
-        [sys.executable, "-m", "app", *args],
+        [sys.executable, "-m", "manga_page_analysis", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -89,7 +89,7 @@ def run_cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedP
 
 def start_worker(env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "app", "run-worker"],
+        [sys.executable, "-m", "manga_page_analysis", "run-worker"],
         env=env,
         cwd=cwd,
         stdout=subprocess.PIPE,

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import make_url
 
-from app.migrations import head_revision
+from manga_page_analysis.migrations import head_revision
 from tests.helpers import wait_until
 from tests.worker_support import png_bytes
 
@@ -36,7 +36,7 @@ def _env(database_url: str, **extra: str) -> dict[str, str]:
 
 def _cli(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "app", *args],
+        [sys.executable, "-m", "manga_page_analysis", *args],
         env=env,
         cwd=cwd,
         capture_output=True,
@@ -121,7 +121,7 @@ def test_a_short_command_interrupted_by_sigterm_says_so_without_a_traceback(
     with psycopg.connect(_psycopg_url(database_url)) as locker:
         locker.execute("LOCK TABLE crawler_jobs IN ACCESS EXCLUSIVE MODE")
         process = subprocess.Popen(
-            [sys.executable, "-m", "app", "jobs", "stats"],
+            [sys.executable, "-m", "manga_page_analysis", "jobs", "stats"],
             env=_env(database_url),
             cwd=tmp_path,
             stdout=subprocess.PIPE,

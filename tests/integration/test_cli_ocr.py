@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from app.cli import commands as cli
-from app.cli.importer import import_folder
+from manga_page_analysis.cli import commands as cli
+from manga_page_analysis.cli.importer import import_folder
 from tests.helpers import wait_until
 from tests.integration.test_cli import listening, start_worker, stop_worker, wait_for
 from tests.integration.test_ocr import EXPECTED, SAMPLES, assert_reads
@@ -80,7 +80,7 @@ def test_run_worker_without_vision_url_analyses_a_chapter_with_ocr(database_url,
 @pytest.mark.slow
 def test_sigterm_while_the_model_loads_exits_zero_within_seconds(database_url, tmp_path):
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "run-worker"],
+        [sys.executable, "-m", "manga_page_analysis", "run-worker"],
         env=ocr_env(database_url, tmp_path),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
@@ -115,8 +115,8 @@ def test_run_worker_refuses_to_start_without_the_ocr_model(
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("STORAGE_ROOT", str(tmp_path))
     monkeypatch.chdir(tmp_path)  # no .env
-    monkeypatch.setattr("app.analysis.ocr.wheel_model_dir", lambda: tmp_path)
-    with caplog.at_level(logging.ERROR, logger="app.cli"):
+    monkeypatch.setattr("manga_page_analysis.analysis.ocr.wheel_model_dir", lambda: tmp_path)
+    with caplog.at_level(logging.ERROR, logger="manga_page_analysis.cli"):
         code = cli.main(["run-worker"])
     assert code == 1
     assert "run-worker cannot start: OCR model file(s) missing" in caplog.text
@@ -128,7 +128,7 @@ def test_vision_backend_http_without_url_is_refused_before_anything_starts(
     monkeypatch.delenv("VISION_URL", raising=False)
     monkeypatch.setenv("VISION_BACKEND", "http")
     monkeypatch.chdir(tmp_path)
-    with caplog.at_level(logging.ERROR, logger="app.cli"):
+    with caplog.at_level(logging.ERROR, logger="manga_page_analysis.cli"):
         assert cli.main(["run-worker"]) == 2
     assert "VISION_BACKEND=http needs VISION_URL" in caplog.text + capsys.readouterr().err
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from app.queue import request_analysis
+from manga_page_analysis.queue import request_analysis
 from tests.helpers import make_page, wait_until
 from tests.integration.test_cli import _env, listening, start_worker, stop_worker, wait_for
 from tests.integration.web_django.test_django_commands import _env as django_env
@@ -83,7 +83,7 @@ def test_run_worker_stops_gracefully_mid_dispatch(
 GRACEFUL_BUT_STUCK = textwrap.dedent(
     """
     import logging, sys, time
-    from app.cli.shutdown import GracefulStop
+    from manga_page_analysis.cli.shutdown import GracefulStop
     logging.basicConfig(level=logging.INFO, stream=sys.stdout)
     graceful = GracefulStop("stopping")
     graceful.on_stop(lambda: print("stop called", flush=True))
@@ -134,7 +134,7 @@ def test_demo_interrupted_mid_ocr_gives_its_pages_back_without_a_traceback_or_ab
     }
     env.update(DATABASE_URL=database_url, STORAGE_ROOT=str(tmp_path / "s"), PYTHONUNBUFFERED="1")
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "demo"],
+        [sys.executable, "-m", "manga_page_analysis", "demo"],
         env=env,
         cwd=tmp_path,
         stdout=subprocess.PIPE,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from sqlalchemy import text
 
-from app.queue import (
+from manga_page_analysis.queue import (
     CRASH_LOOP_ERROR,
     KIND_ANALYZE_PAGE,
     KIND_SYNC_MANGA,

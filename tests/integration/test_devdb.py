@@ -24,7 +24,7 @@ USE_IT = textwrap.dedent(
     import sys, time
     from pathlib import Path
     import psycopg
-    from app.devdb import embedded_database_url
+    from manga_page_analysis.devdb import embedded_database_url
     url = embedded_database_url(Path(sys.argv[1]))
     with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://")) as conn:
         conn.execute("SELECT 1")

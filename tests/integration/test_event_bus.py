@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, event
 
-from app.worker.events import EventBus, JobEvent
+from manga_page_analysis.worker.events import EventBus, JobEvent
 
 
 def _event(n: int) -> JobEvent:
@@ -64,7 +64,7 @@ def test_a_background_publish_does_not_wait_for_the_database_and_a_failure_is_dr
     bus = EventBus(unreachable, "bus_test", background=True)
     received: list[JobEvent] = []
     bus.subscribe(received.append)
-    with caplog.at_level(logging.WARNING, logger="app.worker.events"):
+    with caplog.at_level(logging.WARNING, logger="manga_page_analysis.worker.events"):
         for n in range(3):
             bus.publish(_event(n))  # returns at once: no connection is attempted here
         assert [e.details["n"] for e in received] == [0, 1, 2]  # subscribers ran in-line

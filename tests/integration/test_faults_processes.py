@@ -19,9 +19,9 @@ import pytest
 from pytest_postgresql.executors import PostgreSQLExecutor
 from sqlalchemy import text
 
-from app.db import make_engine
-from app.migrations import upgrade_head
-from app.queue import request_analysis
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.migrations import upgrade_head
+from manga_page_analysis.queue import request_analysis
 from tests.helpers import count, make_page, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
 from tests.postgres_server import private_postgres, wait_accepting

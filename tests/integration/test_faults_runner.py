@@ -14,12 +14,12 @@ import time
 import pytest
 from sqlalchemy import text
 
-from app.analysis.http import VisionClient
-from app.analysis.wiring import analysis_runner
-from app.config import Settings
-from app.db import make_engine
-from app.worker.events import EventBus
-from app.worker.readiness import ReadinessGate
+from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.wiring import analysis_runner
+from manga_page_analysis.config import Settings
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.worker.events import EventBus
+from manga_page_analysis.worker.readiness import ReadinessGate
 from tests.helpers import count, wait_until
 from tests.tcp_proxy import TcpProxy
 from tests.vision_server import (
@@ -159,7 +159,7 @@ def test_a_flapping_model_server_costs_no_attempt_while_the_gate_is_closed(harne
 def test_a_starved_heartbeat_loses_the_job_to_another_worker_and_writes_nothing_late(
     harness, vision_server, postgresql_proc, caplog
 ):
-    caplog.set_level(logging.WARNING, logger="app.worker")
+    caplog.set_level(logging.WARNING, logger="manga_page_analysis.worker")
     page_id = harness.add_page(png_bytes())
     job_id = harness.request(page_id)
     hold = threading.Event()

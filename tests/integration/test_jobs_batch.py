@@ -14,8 +14,8 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, event, text
 
-from app.db import connect_kwargs
-from app.queue import (
+from manga_page_analysis.db import connect_kwargs
+from manga_page_analysis.queue import (
     KIND_SYNC_CHAPTER_CONTENT,
     KIND_SYNC_MANGA,
     AnalyzePage,
@@ -30,8 +30,8 @@ from app.queue import (
     release_unowned,
     renew_many,
 )
-from app.queue.leasing import _lease_statement
-from app.queue.table import WAKEUP_CHANNEL
+from manga_page_analysis.queue.leasing import _lease_statement
+from manga_page_analysis.queue.table import WAKEUP_CHANNEL
 from tests.helpers import job_row
 
 LONG = timedelta(minutes=5)

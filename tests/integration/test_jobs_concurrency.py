@@ -9,8 +9,8 @@ from datetime import timedelta
 
 from sqlalchemy import insert, text
 
-from app.models import Job
-from app.queue import KIND_SYNC_MANGA, SyncManga, ack_done, lease
+from manga_page_analysis.models import Job
+from manga_page_analysis.queue import KIND_SYNC_MANGA, SyncManga, ack_done, lease
 from tests.helpers import count
 
 THREADS = 8

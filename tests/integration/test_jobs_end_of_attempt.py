@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
-from app.queue import (
+from manga_page_analysis.queue import (
     KIND_SYNC_MANGA,
     Lease,
     SyncManga,

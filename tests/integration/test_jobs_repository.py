@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from app.queue import (
+from manga_page_analysis.queue import (
     KIND_ANALYZE_PAGE,
     KIND_SYNC_CHAPTER_CONTENT,
     KIND_SYNC_MANGA,
@@ -219,7 +219,7 @@ def test_a_poison_row_goes_dead_in_the_same_call_and_the_batch_survives(engine, 
         poison_kind = insert_raw_job(conn, {"kind": "teleport", "page_id": "x"})
         poison_field = insert_raw_job(conn, {"kind": "analyze_page", "page_id": "not-a-uuid"})
         good_2 = enqueue(conn, manga("2"))
-    with caplog.at_level(logging.ERROR, logger="app.queue"), engine.begin() as conn:
+    with caplog.at_level(logging.ERROR, logger="manga_page_analysis.queue"), engine.begin() as conn:
         leased = lease(conn, None, 10, MINUTE)
     assert [held.id for held in leased] == [good_1, good_2]
     with engine.connect() as conn:
@@ -256,7 +256,10 @@ def test_renew_is_false_after_release_and_logs_the_job(engine, caplog):
     held = _leased(engine)
     with engine.begin() as conn:
         assert release(conn, held)
-    with caplog.at_level(logging.WARNING, logger="app.queue"), engine.begin() as conn:
+    with (
+        caplog.at_level(logging.WARNING, logger="manga_page_analysis.queue"),
+        engine.begin() as conn,
+    ):
         assert not renew(conn, held, MINUTE)
     assert str(held.id) in caplog.text and "lease gone" in caplog.text
 

@@ -13,8 +13,8 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from alembic import command
-from app.migrations import alembic_config, current_revision, head_revision
-from app.models import Base
+from manga_page_analysis.migrations import alembic_config, current_revision, head_revision
+from manga_page_analysis.models import Base
 
 
 def test_upgrade_head_matches_the_models_and_downgrade_removes_everything(empty_database_url):
@@ -63,7 +63,7 @@ def test_alembic_upgrade_head_from_the_checkout_uses_the_top_level_alembic_ini(
     empty_database_url, tmp_path
 ):
     """`alembic upgrade head` as a person runs it in a checkout (DATABASE_URL from the
-    environment), beside `python -m app migrate` that the installed package uses."""
+    environment), beside `python -m manga_page_analysis migrate` that the installed package uses."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "DATABASE_URL": empty_database_url}
     result = subprocess.run(

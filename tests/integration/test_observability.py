@@ -19,13 +19,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from app.analysis.http import VisionClient
-from app.analysis.http_retry import RetryPolicy
-from app.analysis.images import prepare_image
-from app.observability.logs import JsonFormatter
-from app.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
-from app.queue import request_analysis
-from app.worker.logcontext import JobFieldsFilter, job_log_context
+from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.http_retry import RetryPolicy
+from manga_page_analysis.analysis.images import prepare_image
+from manga_page_analysis.observability.logs import JsonFormatter
+from manga_page_analysis.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
+from manga_page_analysis.queue import request_analysis
+from manga_page_analysis.worker.logcontext import JobFieldsFilter, job_log_context
 from tests.helpers import make_page, wait_until
 from tests.integration.test_cli import _env, listening, run_cli, start_worker, wait_for
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer

@@ -27,13 +27,18 @@ import requests
 from PIL import Image
 from sqlalchemy import text
 
-from app.analysis.events import analysis_event_bus
-from app.analysis.images import prepare_image
-from app.analysis.ocr import OcrAnalyzer, OcrModelError, OcrModelMissing, wheel_model_dir
-from app.analysis.wiring import analysis_runner
-from app.cli.importer import import_folder
-from app.config import Settings
-from app.errors import DispatchTimeout, VisionCancelled
+from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.analysis.images import prepare_image
+from manga_page_analysis.analysis.ocr import (
+    OcrAnalyzer,
+    OcrModelError,
+    OcrModelMissing,
+    wheel_model_dir,
+)
+from manga_page_analysis.analysis.wiring import analysis_runner
+from manga_page_analysis.cli.importer import import_folder
+from manga_page_analysis.config import Settings
+from manga_page_analysis.errors import DispatchTimeout, VisionCancelled
 from tests.worker_support import EventRecorder
 
 SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
@@ -283,7 +288,7 @@ def test_the_runner_stores_ocr_results_with_a_null_nsfw_verdict(
 
 
 def test_without_a_model_the_runner_is_not_built(database_url, tmp_path, monkeypatch):
-    monkeypatch.setattr("app.analysis.ocr.wheel_model_dir", lambda: tmp_path)
+    monkeypatch.setattr("manga_page_analysis.analysis.ocr.wheel_model_dir", lambda: tmp_path)
     with pytest.raises(OcrModelMissing), analysis_runner(_ocr_settings(database_url, tmp_path)):
         pass
 
@@ -293,7 +298,7 @@ def test_a_model_failing_to_load_stops_the_runner_and_raises_on_exit(
 ):
     for name in ("PP-OCRv6_det_small.onnx", "PP-OCRv6_rec_small.onnx"):
         (tmp_path / name).write_bytes(b"garbage")
-    monkeypatch.setattr("app.analysis.ocr.wheel_model_dir", lambda: tmp_path)
+    monkeypatch.setattr("manga_page_analysis.analysis.ocr.wheel_model_dir", lambda: tmp_path)
     with (
         pytest.raises(OcrModelError, match="failed to load"),
         analysis_runner(_ocr_settings(database_url, tmp_path), engine=engine) as runner,

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from app.admin.queries import get_page_analysis
-from app.analysis.analyzer import VisionResult
-from app.analysis.answer import Analysis, parse_analysis
-from app.repos.page_analysis import AnalysisRecord, save_done
+from manga_page_analysis.admin.queries import get_page_analysis
+from manga_page_analysis.analysis.analyzer import VisionResult
+from manga_page_analysis.analysis.answer import Analysis, parse_analysis
+from manga_page_analysis.repos.page_analysis import AnalysisRecord, save_done
 from tests.helpers import make_page
 
 BLOCKS = [

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, text
 
-from app import admin
-from app.queue import request_analysis
+from manga_page_analysis import admin
+from manga_page_analysis.queue import request_analysis
 from tests.helpers import count, expire_lease, insert_raw_job, make_page
 from tests.integration.test_cli import run_cli
 from tests.worker_support import png_bytes
@@ -395,7 +395,7 @@ def test_analyze_missing_draws_a_progress_bar_on_a_terminal(env, engine, tmp_pat
     controller, terminal = pty.openpty()
     try:
         process = subprocess.run(
-            [sys.executable, "-m", "app", "analyze", "--missing"],
+            [sys.executable, "-m", "manga_page_analysis", "analyze", "--missing"],
             env=env,
             cwd=tmp_path,
             stdout=subprocess.PIPE,
@@ -488,7 +488,7 @@ def test_every_operator_command_has_help(tmp_path, command):
     env = {**os.environ, "DATABASE_URL": "postgresql://nobody@127.0.0.1:1/none"}
     result = run_cli(*command, "--help", env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"usage: python -m app {' '.join(command)}")
+    assert result.stdout.startswith(f"usage: python -m manga_page_analysis {' '.join(command)}")
     assert len(result.stdout.splitlines()) > 3
 
 
@@ -534,5 +534,5 @@ def test_a_database_without_the_schema_says_to_migrate(empty_database_url, tmp_p
     result = run_cli("jobs", "stats", env=env, cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "error: the database has no job tables: run `python -m app migrate` (alembic upgrade head)"
+        "error: the database has no job tables: run `python -m manga_page_analysis migrate` (alembic upgrade head)"
     )

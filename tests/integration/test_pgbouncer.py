@@ -25,11 +25,11 @@ from flask import Flask
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.analysis.events import analysis_event_bus
-from app.db import connect_kwargs, make_engine
-from app.queue import AnalyzePage, enqueue_many, request_analysis
-from app.web.flask import admin_blueprint
-from app.worker.events import JobEvent
+from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.db import connect_kwargs, make_engine
+from manga_page_analysis.queue import AnalyzePage, enqueue_many, request_analysis
+from manga_page_analysis.web.flask import admin_blueprint
+from manga_page_analysis.worker.events import JobEvent
 from tests.helpers import make_page, wait_until
 from tests.pgbouncer import PgBouncer
 from tests.worker_support import png_bytes
@@ -108,7 +108,14 @@ def _worker_processes(env: dict[str, str], n: int, logs: Path) -> Iterator[list[
             log = logs / f"worker-{index}.log"
             with log.open("wb") as out:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "app", "--log-level", "WARNING", "run-worker"],
+                    [
+                        sys.executable,
+                        "-m",
+                        "manga_page_analysis",
+                        "--log-level",
+                        "WARNING",
+                        "run-worker",
+                    ],
                     env=env,
                     stdout=out,
                     stderr=subprocess.STDOUT,
@@ -391,7 +398,7 @@ def _read_until(chunks: Iterator[Any], prefix: str, limit: int = 200) -> list[st
 def _migrate(url: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "DATABASE_URL"}
     return subprocess.run(
-        [sys.executable, "-m", "app", "migrate"],
+        [sys.executable, "-m", "manga_page_analysis", "migrate"],
         env={**env, "DATABASE_URL": url},
         cwd=cwd,
         capture_output=True,

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from app.queue import (
+from manga_page_analysis.queue import (
     KIND_ANALYZE_PAGE,
     ack_done,
     lease,

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event, text
 
-from app.queue import (
+from manga_page_analysis.queue import (
     KIND_SYNC_MANGA,
     Lease,
     SyncManga,
@@ -25,8 +25,8 @@ from app.queue import (
     lease,
     release_unowned,
 )
-from app.worker import JobContext, NoopHandler, Runner
-from app.worker.events import EventBus, JobEvent
+from manga_page_analysis.worker import JobContext, NoopHandler, Runner
+from manga_page_analysis.worker.events import EventBus, JobEvent
 from tests.helpers import count, job_row, wait_until
 
 LONG = timedelta(minutes=5)
@@ -385,7 +385,7 @@ def test_a_database_outage_is_logged_once_and_work_resumes_after_it(database_url
 
     import psycopg
 
-    from app.db import make_engine
+    from manga_page_analysis.db import make_engine
 
     down = threading.Event()
     attempts = Counter[str]()
@@ -436,8 +436,8 @@ def test_runner_connections_never_prepare_statements(engine):
     """A prepared batch statement would get a generic plan that trusts stale
     statistics (no running rows) and loops over every running row per id:
     the runner's connections plan each batch for what it is."""
-    from app.queue import ack_done_many
-    from app.worker.dbsession import DbSession, runner_outage
+    from manga_page_analysis.queue import ack_done_many
+    from manga_page_analysis.worker.dbsession import DbSession, runner_outage
 
     fill(engine, 3)
     with engine.begin() as conn:
@@ -507,7 +507,7 @@ def test_results_are_saved_with_their_acks_only_for_current_leases(engine):
 
 
 def test_jobs_leased_ahead_are_given_back_unrun_when_the_gate_closes(engine):
-    from app.worker.readiness import ReadinessGate
+    from manga_page_analysis.worker.readiness import ReadinessGate
 
     ids = fill(engine, 3)
     ready = threading.Event()

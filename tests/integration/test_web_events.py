@@ -23,9 +23,9 @@ from flask import Flask
 from psycopg import sql
 from werkzeug.serving import make_server
 
-from app.db import connect_kwargs
-from app.web.events import APPLICATION_NAME, format_event
-from app.web.flask import admin_blueprint
+from manga_page_analysis.db import connect_kwargs
+from manga_page_analysis.web.events import APPLICATION_NAME, format_event
+from manga_page_analysis.web.flask import admin_blueprint
 from tests.helpers import count, wait_until
 
 TOKEN = "s3cret-token"
@@ -33,9 +33,9 @@ PREFIX = "/admin/analysis"
 
 PUBLISHER = """
 import sys, uuid
-from app.analysis.events import analysis_event_bus
-from app.db import make_engine
-from app.worker.events import JobEvent
+from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.worker.events import JobEvent
 
 engine = make_engine(sys.argv[1])
 try:
@@ -204,14 +204,14 @@ def _records(caplog, level: int, text: str) -> int:
     return sum(
         record.levelno == level and text in record.getMessage()
         for record in caplog.records
-        if record.name == "app.worker.outage"
+        if record.name == "manga_page_analysis.worker.outage"
     )
 
 
 def test_stream_says_the_database_went_away_logs_it_once_and_reconnects(
     engine, database_url, caplog
 ):
-    caplog.set_level(logging.DEBUG, logger="app.worker.outage")
+    caplog.set_level(logging.DEBUG, logger="manga_page_analysis.worker.outage")
     with _serve(engine) as (host, port, _):
         client = SSEClient(host, port)
         try:
@@ -258,9 +258,9 @@ def _closed_port() -> int:
 
 
 def test_events_with_the_database_down_answer_503_and_log_once(caplog):
-    from app.db import make_engine
+    from manga_page_analysis.db import make_engine
 
-    caplog.set_level(logging.DEBUG, logger="app.worker.outage")
+    caplog.set_level(logging.DEBUG, logger="manga_page_analysis.worker.outage")
     dead_engine = make_engine(f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/nowhere")
     try:
         app = Flask(__name__)

@@ -8,8 +8,8 @@ import pytest
 from flask import Flask, request
 from sqlalchemy import text
 
-from app.queue import AnalyzePage, enqueue, request_analysis
-from app.web.flask import admin_blueprint
+from manga_page_analysis.queue import AnalyzePage, enqueue, request_analysis
+from manga_page_analysis.web.flask import admin_blueprint
 from tests.helpers import count, insert_raw_job, job_row, make_page
 from tests.integration.web_contract import (
     BAD_ANALYSIS_BODIES,
@@ -254,7 +254,7 @@ def test_unknown_api_routes_are_json_404s(client):
 
 
 def test_an_unreachable_database_is_a_json_503(postgresql_proc):
-    from app.db import make_engine
+    from manga_page_analysis.db import make_engine
 
     dead_engine = make_engine(
         f"postgresql+psycopg://nobody@127.0.0.1:{postgresql_proc.port}/no_such_database"

@@ -11,8 +11,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import text
 
-from app.queue import KIND_ANALYZE_PAGE, lease, release_unowned
-from app.worker import leasing as leasing_module
+from manga_page_analysis.queue import KIND_ANALYZE_PAGE, lease, release_unowned
+from manga_page_analysis.worker import leasing as leasing_module
 from tests.helpers import fail_first_call, wait_until
 from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
@@ -151,7 +151,7 @@ def test_an_exception_in_the_dispatch_fails_that_job_only(harness, vision_server
     bad = harness.add_page(png_bytes())
     good = harness.add_page(png_bytes(color="black"))
     bad_job = harness.request(bad)
-    from app.analysis import handler as dispatcher
+    from manga_page_analysis.analysis import handler as dispatcher
 
     monkeypatch.setattr(
         dispatcher,
@@ -402,7 +402,7 @@ def test_a_poison_job_does_not_stop_the_worker(harness, vision_server):
 
 
 def test_workers_never_take_crawl_jobs(harness, vision_server):
-    from app.queue import SyncManga, enqueue
+    from manga_page_analysis.queue import SyncManga, enqueue
 
     with harness.engine.begin() as conn:
         crawl = enqueue(conn, SyncManga(source_id="s", source_manga_key="k"))
@@ -417,7 +417,7 @@ def test_workers_never_take_crawl_jobs(harness, vision_server):
 def test_events_without_a_breadcrumb_are_suppressed_but_work_goes_on(
     harness, vision_server, monkeypatch
 ):
-    from app.analysis.handler import PageAnalysisHandler
+    from manga_page_analysis.analysis.handler import PageAnalysisHandler
 
     def broken(self, item):
         raise KeyError("manga_title")
@@ -475,7 +475,7 @@ def test_start_reclaims_orphans_so_a_crashed_worker_costs_no_attempt(harness, vi
 def test_a_heartbeat_thread_that_dies_is_noticed_and_restarted(
     harness, vision_server, monkeypatch, caplog
 ):
-    from app.worker import heartbeat as heartbeat_module
+    from manga_page_analysis.worker import heartbeat as heartbeat_module
 
     renew = fail_first_call(heartbeat_module.renew_many, RuntimeError("bug in the heartbeat"))
     monkeypatch.setattr(heartbeat_module, "renew_many", renew)
@@ -561,7 +561,7 @@ def test_log_lines_about_a_job_carry_its_fields_even_from_the_dispatch_thread(
 ):
     import logging
 
-    from app.worker.logcontext import JobFieldsFilter
+    from manga_page_analysis.worker.logcontext import JobFieldsFilter
 
     records: list[logging.LogRecord] = []
 

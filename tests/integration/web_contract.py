@@ -8,7 +8,7 @@ from typing import Any
 
 from sqlalchemy import insert
 
-from app.models import PageAnalysis
+from manga_page_analysis.models import PageAnalysis
 
 BAD_LISTING_QUERIES = [
     "limit=0",

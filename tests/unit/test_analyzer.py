@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from app.analysis.analyzer import VisionResult
-from app.analysis.answer import Analysis
-from app.analysis.http_retry import RetryingCall, RetryPolicy
-from app.errors import VisionUnavailable
-from app.repos.page_analysis import AnalysisRecord
+from manga_page_analysis.analysis.analyzer import VisionResult
+from manga_page_analysis.analysis.answer import Analysis
+from manga_page_analysis.analysis.http_retry import RetryingCall, RetryPolicy
+from manga_page_analysis.errors import VisionUnavailable
+from manga_page_analysis.repos.page_analysis import AnalysisRecord
 
 
 def test_a_result_becomes_the_record_save_done_stores() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.analysis.answer import (
+from manga_page_analysis.analysis.answer import (
     ANSWER_TEXT_MAX_CHARS,
     DESCRIPTION_MAX_CHARS,
     TAG_MAX_CHARS,
@@ -15,7 +15,7 @@ from app.analysis.answer import (
     Analysis,
     parse_analysis,
 )
-from app.errors import VisionError
+from manga_page_analysis.errors import VisionError
 from tests.vision_server import analysis_content
 
 

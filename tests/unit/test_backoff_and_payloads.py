@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from app.errors import PayloadError
-from app.queue import (
+from manga_page_analysis.errors import PayloadError
+from manga_page_analysis.queue import (
     AnalyzePage,
     SyncChapterContent,
     SyncChapterList,
@@ -17,7 +17,7 @@ from app.queue import (
     backoff_base,
     decode_payload,
 )
-from app.queue.backoff import backoff_for
+from manga_page_analysis.queue.backoff import backoff_for
 
 
 @pytest.mark.parametrize(

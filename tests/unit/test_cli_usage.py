@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.parser import build_parser
+from manga_page_analysis.cli.parser import build_parser
 
 
 def _parsers(
-    parser: argparse.ArgumentParser, path: str = "python -m app"
+    parser: argparse.ArgumentParser, path: str = "python -m manga_page_analysis"
 ) -> Iterator[tuple[str, argparse.ArgumentParser, str | None]]:
     """Every parser of the tree, with the help line its parent shows for it."""
     yield path, parser, "(top)"
@@ -61,7 +61,7 @@ def test_the_checker_above_notices_an_option_without_help() -> None:
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
     return subprocess.run(
-        [sys.executable, "-m", "app", *args],
+        [sys.executable, "-m", "manga_page_analysis", *args],
         env={**clean, **env},
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.config import Settings
+from manga_page_analysis.config import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

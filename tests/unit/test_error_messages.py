@@ -10,12 +10,12 @@ from collections.abc import Iterator
 import pytest
 import requests
 
-from app.analysis.http import VisionClient
-from app.analysis.http_retry import RetryPolicy
-from app.analysis.http_wire import is_dropped_connection, transport_reason
-from app.analysis.images import PreparedImage
-from app.errors import VisionUnavailable, truncated, without_reprs
-from app.worker.outcomes import describe_error
+from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.http_retry import RetryPolicy
+from manga_page_analysis.analysis.http_wire import is_dropped_connection, transport_reason
+from manga_page_analysis.analysis.images import PreparedImage
+from manga_page_analysis.errors import VisionUnavailable, truncated, without_reprs
+from manga_page_analysis.worker.outcomes import describe_error
 from tests.vision_server import ScriptedVisionServer
 
 

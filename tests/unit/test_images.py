@@ -10,8 +10,8 @@ import zlib
 import pytest
 from PIL import Image, PngImagePlugin
 
-from app.analysis.images import PreparedImage, data_url, prepare_image
-from app.errors import ImageError
+from manga_page_analysis.analysis.images import PreparedImage, data_url, prepare_image
+from manga_page_analysis.errors import ImageError
 
 
 def encode(image: Image.Image, fmt: str, **params: object) -> bytes:

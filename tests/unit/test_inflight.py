@@ -7,9 +7,9 @@ import threading
 import uuid
 from typing import Any
 
-from app.queue import AnalyzePage, Lease
-from app.worker.inflight import InFlight, InFlightJobs, JobState
-from app.worker.noop import NoopHandler
+from manga_page_analysis.queue import AnalyzePage, Lease
+from manga_page_analysis.worker.inflight import InFlight, InFlightJobs, JobState
+from manga_page_analysis.worker.noop import NoopHandler
 
 
 def _job() -> InFlight:

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from app.worker.events import EVENT_TYPES, EventBus, JobEvent
+from manga_page_analysis.worker.events import EVENT_TYPES, EventBus, JobEvent
 
 
 @pytest.mark.parametrize("event_type", sorted(EVENT_TYPES))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.analysis.ocr_eval import cer, edit_distance, normalise, score_image
+from manga_page_analysis.analysis.ocr_eval import cer, edit_distance, normalise, score_image
 
 TRUTH = {
     "kind": "page",

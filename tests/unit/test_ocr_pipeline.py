@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.analysis.ocr_pipeline import _new
+from manga_page_analysis.analysis.ocr_pipeline import _new
 
 
 def quad(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.analysis.panels import find_panels
+from manga_page_analysis.analysis.panels import find_panels
 
 
 def page(width: int, height: int, panels: list[tuple[int, int, int, int]]) -> np.ndarray:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from app.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.readiness import ReadinessGate
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,14 @@ def _gate_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [
         (record.levelno, record.getMessage())
         for record in caplog.records
-        if record.name == "app.worker.readiness"
+        if record.name == "manga_page_analysis.worker.readiness"
     ]
 
 
 def test_closed_gate_says_why_once_then_reminds_and_says_when_it_opens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="app.worker.readiness")
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.readiness")
     answers = [Answer(False, "refused the connection")] * 5 + [
         Answer(False, "answered 503: Loading model"),
         Answer(True),
@@ -83,7 +83,7 @@ def test_closed_gate_says_why_once_then_reminds_and_says_when_it_opens(
 def test_an_expected_wait_is_info_and_a_plain_bool_probe_still_works(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="app.worker.readiness")
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.readiness")
     gate = ReadinessGate(
         lambda: Answer(False, "the OCR models are loading", starting=True), name="in-process OCR"
     )

@@ -1,13 +1,13 @@
-"""`app.repos` sits below `app.analysis` (DESIGN "Layout"): it never imports it."""
+"""`manga_page_analysis.repos` sits below `manga_page_analysis.analysis` (DESIGN "Layout"): it never imports it."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-import app.repos
+import manga_page_analysis.repos
 
-REPOS = Path(app.repos.__file__).parent
+REPOS = Path(manga_page_analysis.repos.__file__).parent
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -27,6 +27,7 @@ def test_repos_import_nothing_from_analysis() -> None:
         f"{path.name}: {module}"
         for path in sources
         for module in imported_modules(path)
-        if module == "app.analysis" or module.startswith("app.analysis.")
+        if module == "manga_page_analysis.analysis"
+        or module.startswith("manga_page_analysis.analysis.")
     }
     assert upward == set()

@@ -10,8 +10,8 @@ from typing import Any, BinaryIO
 
 import pytest
 
-from app.errors import ObjectNotFound, ObjectTooLarge, StorageError, StorageKeyError
-from app.storage import LocalStorage, Storage, read_capped
+from manga_page_analysis.errors import ObjectNotFound, ObjectTooLarge, StorageError, StorageKeyError
+from manga_page_analysis.storage import LocalStorage, Storage, read_capped
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.analysis.layout import TextLine, reading_order
-from app.analysis.text_filter import (
+from manga_page_analysis.analysis.layout import TextLine, reading_order
+from manga_page_analysis.analysis.text_filter import (
     dialogue_blocks,
     dialogue_lines,
     is_furigana,

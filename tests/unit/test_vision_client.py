@@ -16,11 +16,15 @@ import pytest
 import requests
 from PIL import Image
 
-from app.analysis.answer import ANALYSIS_SCHEMA, ANSWER_TEXT_MAX_CHARS, TAGS_MAX_ITEMS
-from app.analysis.http import VisionClient
-from app.analysis.http_retry import RetryPolicy
-from app.analysis.images import PreparedImage
-from app.errors import (
+from manga_page_analysis.analysis.answer import (
+    ANALYSIS_SCHEMA,
+    ANSWER_TEXT_MAX_CHARS,
+    TAGS_MAX_ITEMS,
+)
+from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.http_retry import RetryPolicy
+from manga_page_analysis.analysis.images import PreparedImage
+from manga_page_analysis.errors import (
     DispatchTimeout,
     VisionCancelled,
     VisionError,
@@ -322,9 +326,9 @@ def test_retries_are_logged_with_attempt_cause_and_delay(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     vision_server.script(error_reply(502, "bad gateway"))
-    with caplog.at_level(logging.WARNING, logger="app.analysis.http"):
+    with caplog.at_level(logging.WARNING, logger="manga_page_analysis.analysis.http"):
         make_client().analyze(page, deadline=soon(), job_label="job 42 page 7")
-    [record] = [r for r in caplog.records if r.name == "app.analysis.http"]
+    [record] = [r for r in caplog.records if r.name == "manga_page_analysis.analysis.http"]
     assert record.levelno == logging.WARNING
     message = record.getMessage()
     assert "job 42 page 7" in message
@@ -403,7 +407,7 @@ def test_cancel_during_backoff_stops_at_once(
                 sleeping.set()
 
     watcher = SleepWatcher()
-    logger = logging.getLogger("app.analysis.http")
+    logger = logging.getLogger("manga_page_analysis.analysis.http")
     logger.addHandler(watcher)
     outcome: list[BaseException | None] = []
 

@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from app.analysis.http import VisionClient
-from app.analysis.http_retry import RetryPolicy
-from app.analysis.images import PreparedImage
-from app.errors import VisionUnavailable
+from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.http_retry import RetryPolicy
+from manga_page_analysis.analysis.images import PreparedImage
+from manga_page_analysis.errors import VisionUnavailable
 from tests.helpers import wait_until
 from tests.vision_server import analysis_content, ok_answer
 

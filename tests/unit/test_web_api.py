@@ -1,4 +1,4 @@
-"""`app.web.api` without a framework and without a database: what the handler
+"""`manga_page_analysis.web.api` without a framework and without a database: what the handler
 answers before any query runs (auth outcome, 405, body limit, origin check),
 and the page's sign-in hints."""
 
@@ -8,10 +8,23 @@ import json
 
 import pytest
 
-from app.web.api import ROUTES, AdminApi, ApiRequest, ApiResponse, Route, page_response
-from app.web.auth import CROSS_SITE_REFUSAL, TOKEN_ACCESS, Access, AdminAuth, Refusal
-from app.web.events import EventStreams
-from app.web.page import admin_page_html
+from manga_page_analysis.web.api import (
+    ROUTES,
+    AdminApi,
+    ApiRequest,
+    ApiResponse,
+    Route,
+    page_response,
+)
+from manga_page_analysis.web.auth import (
+    CROSS_SITE_REFUSAL,
+    TOKEN_ACCESS,
+    Access,
+    AdminAuth,
+    Refusal,
+)
+from manga_page_analysis.web.events import EventStreams
+from manga_page_analysis.web.page import admin_page_html
 
 ROUTE = {route.name: route for route in ROUTES}
 

@@ -1,7 +1,7 @@
 """The built wheel is all a host needs: built from this checkout, installed with
 its dependencies (from the package index) into a fresh virtualenv in a
 temporary folder, and run there, away from the checkout, against the test
-session's Postgres: `python -m app migrate`, a small Flask host serving the
+session's Postgres: `python -m manga_page_analysis migrate`, a small Flask host serving the
 admin blueprint, and Django's `page_analysis_migrate`.
 
 `make test-wheel` runs it (WHEEL_TEST=1); it takes a minute or two.
@@ -24,8 +24,8 @@ import pytest
 from pytest_postgresql.executors import PostgreSQLExecutor
 from sqlalchemy import inspect
 
-from app.db import make_engine
-from app.migrations import head_revision
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.migrations import head_revision
 from tests.conftest import _fresh_database
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,14 +85,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Installed]:
 def test_it_is_the_installed_copy_that_runs(installed: Installed) -> None:
     result = installed.run(
         "-c",
-        "import app, app.cli.demo as demo, json; "
-        "print(json.dumps([app.__file__, str(demo.SAMPLE_FOLDER)]))",
+        "import manga_page_analysis, manga_page_analysis.cli.demo as demo, json; "
+        "print(json.dumps([manga_page_analysis.__file__, str(demo.SAMPLE_FOLDER)]))",
     )
     assert result.returncode == 0, result.stderr
     package, samples = json.loads(result.stdout)
     assert "site-packages" in package and not package.startswith(str(REPO))
     assert {"001.png", "pages.json"} <= {path.name for path in Path(samples).iterdir()}
-    version = installed.run("-m", "app", "--version")
+    version = installed.run("-m", "manga_page_analysis", "--version")
     expected = f"manga-page-analysis {metadata.version('manga-page-analysis')}"
     assert version.returncode == 0 and version.stdout.strip() == expected
     script = subprocess.run(
@@ -119,7 +119,7 @@ def _tables(url: str) -> set[str]:
 
 
 def test_migrate_from_the_installed_package(installed: Installed, blank_database: str) -> None:
-    result = installed.run("-m", "app", "migrate", DATABASE_URL=blank_database)
+    result = installed.run("-m", "manga_page_analysis", "migrate", DATABASE_URL=blank_database)
     assert result.returncode == 0, result.stderr
     assert f"to {head_revision()} (head)" in result.stdout
     assert {"crawler_jobs", "page_analysis", "pages"} <= _tables(blank_database)
@@ -130,8 +130,8 @@ FLASK_HOST = textwrap.dedent(
     import json, sys, threading, urllib.request
     from flask import Flask
     from werkzeug.serving import make_server
-    from app.db import make_engine
-    from app.web.flask import admin_blueprint
+    from manga_page_analysis.db import make_engine
+    from manga_page_analysis.web.flask import admin_blueprint
 
     engine = make_engine(sys.argv[1])
     host = Flask("host")
@@ -175,10 +175,10 @@ def test_a_flask_host_serves_the_admin_page_and_api(
 DJANGO_SETTINGS = textwrap.dedent(
     """
     import os
-    from app.web.django import database_from_url
+    from manga_page_analysis.web.django import database_from_url
 
     SECRET_KEY = "wheel-test"
-    INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "app.web.django"]
+    INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "manga_page_analysis.web.django"]
     DATABASES = {"default": database_from_url(os.environ["HOST_DATABASE_URL"])}
     USE_TZ = True
     """

@@ -3,9 +3,9 @@ page-analysis app on the same database as `make run-worker`."""
 
 import os
 
-from app.config import Settings
-from app.db import database_url
-from app.web.django import database_from_url
+from manga_page_analysis.config import Settings
+from manga_page_analysis.db import database_url
+from manga_page_analysis.web.django import database_from_url
 
 SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "example-only-never-in-production")
 DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
@@ -18,7 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
-    "app.web.django",
+    "manga_page_analysis.web.django",
 ]
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -44,7 +44,7 @@ TEMPLATES = [
     }
 ]
 
-# The database `python -m app ...` and `make run-worker` use: DATABASE_URL,
+# The database `python -m manga_page_analysis ...` and `make run-worker` use: DATABASE_URL,
 # else the embedded Postgres under .dev/ (started on first use). Run every
 # command from the repository root so `.dev/` is the same folder.
 DATABASES = {"default": database_from_url(database_url(Settings()))}

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_POST
 
-from app.web.django import request_analysis
+from manga_page_analysis.web.django import request_analysis
 
 
 @require_POST

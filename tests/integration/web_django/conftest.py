@@ -17,7 +17,7 @@ from pytest_postgresql.executors import PostgreSQLExecutor
 from pytest_postgresql.janitor import DatabaseJanitor
 from sqlalchemy import Engine, text
 
-from app.db import make_engine
+from manga_page_analysis.db import make_engine
 
 ADMIN_TOKEN = "django-test-token"
 
@@ -25,7 +25,7 @@ OUR_TABLES = "crawler_jobs, page_analysis, pages, chapters, mangas"
 
 
 def django_settings(database_url: str) -> dict[str, Any]:
-    from app.web.django import database_from_url
+    from manga_page_analysis.web.django import database_from_url
 
     return {
         "DEBUG": False,
@@ -35,7 +35,7 @@ def django_settings(database_url: str) -> dict[str, Any]:
             "django.contrib.auth",
             "django.contrib.contenttypes",
             "django.contrib.sessions",
-            "app.web.django",
+            "manga_page_analysis.web.django",
         ],
         "MIDDLEWARE": [
             "django.contrib.sessions.middleware.SessionMiddleware",
@@ -87,7 +87,7 @@ def django_setup(django_database_url: str) -> Iterator[str]:
     django.setup()
     call_command("migrate", verbosity=0, interactive=False)
     yield django_database_url
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     page_analysis_app().reload()
     connections.close_all()

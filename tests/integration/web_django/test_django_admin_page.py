@@ -11,7 +11,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from app.queue import AnalyzePage, enqueue
+from manga_page_analysis.queue import AnalyzePage, enqueue
 from tests.helpers import make_page, wait_until
 from tests.integration.test_admin_page import DOM_TIMEOUT, _screenshot, browser  # noqa: F401
 from tests.integration.web_django.test_django_events_http import serve_django
@@ -30,7 +30,7 @@ def test_logged_out_visitor_is_sent_to_the_staff_login_and_back(
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     with django_engine.begin() as conn:
         enqueue(conn, AnalyzePage(page_id=make_page(conn, manga_title="Frieren")))

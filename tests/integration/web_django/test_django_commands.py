@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from app.db import make_engine
-from app.migrations import revisions
-from app.queue import request_analysis
+from manga_page_analysis.db import make_engine
+from manga_page_analysis.migrations import revisions
+from manga_page_analysis.queue import request_analysis
 from tests.helpers import make_page, wait_until
 from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes

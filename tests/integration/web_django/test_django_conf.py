@@ -33,7 +33,7 @@ def test_a_bad_setting_is_improperly_configured(setting: Any) -> None:
     from django.core.exceptions import ImproperlyConfigured
     from django.test import override_settings
 
-    from app.web.django.conf import page_analysis_settings
+    from manga_page_analysis.web.django.conf import page_analysis_settings
 
     with override_settings(PAGE_ANALYSIS=setting), pytest.raises(ImproperlyConfigured):
         page_analysis_settings()
@@ -42,7 +42,7 @@ def test_a_bad_setting_is_improperly_configured(setting: Any) -> None:
 def test_every_key_is_optional() -> None:
     from django.test import override_settings
 
-    from app.web.django.conf import page_analysis_settings
+    from manga_page_analysis.web.django.conf import page_analysis_settings
 
     with override_settings(PAGE_ANALYSIS=None):
         parsed = page_analysis_settings()
@@ -51,7 +51,7 @@ def test_every_key_is_optional() -> None:
 
 
 def test_the_url_carries_django_options_over() -> None:
-    from app.web.django.conf import database_from_url, url_from_connection_params
+    from manga_page_analysis.web.django.conf import database_from_url, url_from_connection_params
 
     entry = database_from_url("postgresql://app:p%40ss@db.example:6543/shop?sslmode=require")
     assert entry["NAME"] == "shop" and entry["PASSWORD"] == "p@ss"
@@ -71,7 +71,7 @@ def test_the_url_carries_django_options_over() -> None:
 
 
 def test_a_unix_socket_host_goes_into_the_query() -> None:
-    from app.web.django.conf import url_from_connection_params
+    from manga_page_analysis.web.django.conf import url_from_connection_params
 
     entry = {
         "ENGINE": "django.db.backends.postgresql",

@@ -1,4 +1,4 @@
-"""`app.web.django.request_analysis` runs on Django's own connection, in its
+"""`manga_page_analysis.web.django.request_analysis` runs on Django's own connection, in its
 transaction: visible through Django's cursor inside `atomic()`, invisible to
 any other connection until commit, gone on rollback, and no connection added."""
 
@@ -42,7 +42,7 @@ def _backends() -> int:
 def test_enqueue_commits_with_the_hosts_atomic_block(django_engine: Engine) -> None:
     from django.db import connection, transaction
 
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     page_id = uuid.uuid4()
     with transaction.atomic():
@@ -75,7 +75,7 @@ def test_enqueue_commits_with_the_hosts_atomic_block(django_engine: Engine) -> N
 def test_rollback_of_the_hosts_atomic_block_leaves_no_job(django_engine: Engine) -> None:
     from django.db import transaction
 
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     page_id = uuid.uuid4()
     with pytest.raises(Rollback), transaction.atomic():
@@ -89,7 +89,7 @@ def test_rollback_of_the_hosts_atomic_block_leaves_no_job(django_engine: Engine)
 def test_a_rolled_back_savepoint_takes_only_its_own_job(django_engine: Engine) -> None:
     from django.db import transaction
 
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     with transaction.atomic():
         kept = request_analysis(uuid.uuid4())
@@ -101,7 +101,7 @@ def test_a_rolled_back_savepoint_takes_only_its_own_job(django_engine: Engine) -
 
 
 def test_outside_atomic_it_commits_on_its_own(django_engine: Engine) -> None:
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     job_id = request_analysis(str(uuid.uuid4()))
     assert job_id is not None and _others_see(django_engine, job_id) == 1
@@ -114,7 +114,7 @@ def test_force_reads_the_existing_jobs_payload_through_djangos_connection(
     reads `payload` as a dict. Both must keep working side by side."""
     from django.db import connection, transaction
 
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     page_id = uuid.uuid4()
     with transaction.atomic():
@@ -137,7 +137,7 @@ def test_an_atomic_block_stays_usable_after_enqueueing(django_engine: Engine) ->
     from django.contrib.auth.models import User
     from django.db import transaction
 
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     with pytest.raises(Rollback), transaction.atomic():
         User.objects.create(username="before")
@@ -152,8 +152,8 @@ def test_an_atomic_block_stays_usable_after_enqueueing(django_engine: Engine) ->
 def test_an_unknown_alias_is_refused() -> None:
     from django.core.exceptions import ImproperlyConfigured
 
-    from app.web.django import request_analysis
-    from app.web.django.conf import sqlalchemy_url
+    from manga_page_analysis.web.django import request_analysis
+    from manga_page_analysis.web.django.conf import sqlalchemy_url
 
     with pytest.raises(ImproperlyConfigured, match="no database"):
         sqlalchemy_url("missing")
@@ -169,7 +169,7 @@ def test_a_failed_enqueue_dooms_the_hosts_atomic_block(django_engine: Engine) ->
     from django.db.transaction import TransactionManagementError
     from sqlalchemy.exc import OperationalError
 
-    from app.web.django import request_analysis
+    from manga_page_analysis.web.django import request_analysis
 
     with django_engine.connect() as locker:
         locker.execute(text("LOCK TABLE crawler_jobs IN ACCESS EXCLUSIVE MODE"))

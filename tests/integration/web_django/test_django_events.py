@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from app.analysis.events import ANALYSIS_CHANNEL
+from manga_page_analysis.analysis.events import ANALYSIS_CHANNEL
 from tests.helpers import count, wait_until
 from tests.integration.web_django.conftest import ADMIN_TOKEN
 
@@ -64,7 +64,7 @@ def test_an_event_published_elsewhere_reaches_the_stream(django_engine: Engine) 
 def test_streams_beyond_the_cap_get_a_json_503(django_engine: Engine) -> None:
     from django.test import Client
 
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     client = Client()
     streams = page_analysis_app().event_streams

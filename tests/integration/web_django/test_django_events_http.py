@@ -32,7 +32,7 @@ def serve_django(**setting: object) -> Iterator[tuple[str, int]]:
     from django.core.servers.basehttp import ThreadedWSGIServer, WSGIRequestHandler
     from django.test import override_settings
 
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     with override_settings(PAGE_ANALYSIS=setting):
         page_analysis_app().reload()
@@ -52,7 +52,7 @@ def serve_django(**setting: object) -> Iterator[tuple[str, int]]:
 def test_an_event_from_another_process_survives_a_terminated_listener(
     django_db: str, django_engine: Engine
 ) -> None:
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     # The token the shared SSE client sends; a short keep-alive, so a departed
     # client is noticed on the next write.

@@ -11,8 +11,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from app.analysis.events import ANALYSIS_CHANNEL
-from app.db import connect_kwargs
+from manga_page_analysis.analysis.events import ANALYSIS_CHANNEL
+from manga_page_analysis.db import connect_kwargs
 from tests.integration.web_django.conftest import ADMIN_TOKEN
 
 pytestmark = pytest.mark.usefixtures("django_db")
@@ -29,7 +29,7 @@ def _chunks(response: Any) -> Iterator[str]:
 def test_the_event_stream_listens_on_listen_database_url(django_db: str) -> None:
     from django.test import Client, override_settings
 
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     # Another database of the same server: a NOTIFY reaches only its own database's
     # listeners, so an event sent there arrives only if the stream LISTENs there.
@@ -67,7 +67,7 @@ def test_a_bad_listen_database_url_is_refused(value: object) -> None:
     from django.core.exceptions import ImproperlyConfigured
     from django.test import override_settings
 
-    from app.web.django.conf import page_analysis_settings
+    from manga_page_analysis.web.django.conf import page_analysis_settings
 
     with (
         override_settings(PAGE_ANALYSIS={"LISTEN_DATABASE_URL": value}),

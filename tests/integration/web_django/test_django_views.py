@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from sqlalchemy import Engine
 
-from app.queue import AnalyzePage, enqueue
+from manga_page_analysis.queue import AnalyzePage, enqueue
 from tests.helpers import count, insert_raw_job, job_row, make_page
 from tests.integration.web_contract import (
     BAD_ANALYSIS_BODIES,
@@ -136,7 +136,7 @@ def _page_analysis(**setting: Any) -> Iterator[None]:
     """`PAGE_ANALYSIS` overridden (and re-read) for the block."""
     from django.test import override_settings
 
-    from app.web.django.apps import page_analysis_app
+    from manga_page_analysis.web.django.apps import page_analysis_app
 
     try:
         with override_settings(PAGE_ANALYSIS=setting):

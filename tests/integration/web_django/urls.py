@@ -10,6 +10,6 @@ def login(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
-    path("admin/analysis/", include("app.web.django.urls")),
+    path("admin/analysis/", include("manga_page_analysis.web.django.urls")),
     path("accounts/login/", login, name="login"),
 ]

@@ -1,0 +1,3 @@
+from manga_page_analysis.cli import run
+
+run()

@@ -1,0 +1,48 @@
+"""Framework-neutral admin queries and actions: stats, job listings, retry, labels.
+
+Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
+executes on it and never commits or rolls back. The Flask and Django
+adapters (`manga_page_analysis.web`) and the operator commands (`manga_page_analysis.cli`) are built on it.
+"""
+
+from manga_page_analysis.admin.labels import label, with_labels
+from manga_page_analysis.admin.queries import (
+    DEFAULT_LIMIT,
+    MAX_BODY_BYTES,
+    MAX_LIMIT,
+    decode_cursor,
+    encode_cursor,
+    get_page_analysis,
+    list_jobs,
+    parse_force_body,
+    parse_limit,
+    parse_uuid,
+    request_page_analysis,
+)
+from manga_page_analysis.admin.retry import check_kind, retry_dead_jobs, retry_job
+from manga_page_analysis.errors import AdminError, BadRequest, Conflict, NotFound
+from manga_page_analysis.queue.stats import queue_stats
+
+__all__ = [
+    "DEFAULT_LIMIT",
+    "MAX_BODY_BYTES",
+    "MAX_LIMIT",
+    "AdminError",
+    "BadRequest",
+    "Conflict",
+    "NotFound",
+    "check_kind",
+    "decode_cursor",
+    "encode_cursor",
+    "get_page_analysis",
+    "label",
+    "list_jobs",
+    "parse_force_body",
+    "parse_limit",
+    "parse_uuid",
+    "queue_stats",
+    "request_page_analysis",
+    "retry_dead_jobs",
+    "retry_job",
+    "with_labels",
+]

@@ -1,0 +1,285 @@
+"""Text blocks (a bubble, a caption) from OCR lines, and their reading order (the rules:
+docs/ocr.md, "Blocks"). Pure functions: tests feed boxes directly.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+VERTICAL_RATIO: Final = 1.5
+"""A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
+JOIN_GAP: Final = 0.5
+"""Side-by-side lines share a block when the gap between them is under this many thicknesses
+(columns of one bubble nearly touch; the next bubble is most of a character away)."""
+SIDE_OVERLAP: Final = 0.3
+"""Side-by-side lines of one block lie beside each other along this share of the shorter."""
+CONTINUE_GAP: Final = 0.5
+"""A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
+CONTINUE_MIN_SCORE: Final = 0.5
+"""A line continues another only when both were read with at least this confidence: pieces
+of one line are one lettering, read alike; garbage read from a drawing (a sound effect)
+touching the end of a name tag is not part of it."""
+SAME_LANE: Final = 0.5
+"""Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
+SAME_SIZE: Final = 2.0
+"""Lines of one block differ in thickness by at most this factor."""
+
+Box = tuple[float, float, float, float]
+"""x0, y0, x1, y1 in pixels, y down."""
+
+
+@dataclass(frozen=True, slots=True)
+class TextLine:
+    """One recognised line: its axis-aligned box (pixels, y down) and text."""
+
+    x0: float
+    y0: float
+    x1: float
+    y1: float
+    text: str
+    score: float = 1.0
+    """The recogniser's confidence in `text`, 0..1."""
+
+    @property
+    def width(self) -> float:
+        return self.x1 - self.x0
+
+    @property
+    def height(self) -> float:
+        return self.y1 - self.y0
+
+    @property
+    def thickness(self) -> float:
+        """About one character's size: the short side of the box."""
+        return max(1.0, min(self.width, self.height))
+
+    @property
+    def orientation(self) -> str | None:
+        """`"v"` for a column, `"h"` for a line, `None` when square-ish (a lone character)."""
+        if self.height >= VERTICAL_RATIO * self.width:
+            return "v"
+        if self.width >= VERTICAL_RATIO * self.height:
+            return "h"
+        return None
+
+    @classmethod
+    def from_quad(cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0) -> TextLine:
+        """From the four corner points an OCR engine gives (any order, possibly skewed)."""
+        points = list(quad)
+        xs = [float(point[0]) for point in points]
+        ys = [float(point[1]) for point in points]
+        return cls(min(xs), min(ys), max(xs), max(ys), text, float(score))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Lines read together, already in reading order."""
+
+    lines: tuple[TextLine, ...]
+    vertical: bool
+
+    @property
+    def x0(self) -> float:
+        return min(line.x0 for line in self.lines)
+
+    @property
+    def y0(self) -> float:
+        return min(line.y0 for line in self.lines)
+
+    @property
+    def x1(self) -> float:
+        return max(line.x1 for line in self.lines)
+
+    @property
+    def y1(self) -> float:
+        return max(line.y1 for line in self.lines)
+
+    @property
+    def text(self) -> str:
+        return join_pieces(line.text for line in self.lines)
+
+    @property
+    def score(self) -> float:
+        """The recogniser's confidence over the block, weighted by characters."""
+        weights = [max(1, len(line.text)) for line in self.lines]
+        weighted = sum(w * line.score for w, line in zip(weights, self.lines, strict=True))
+        return weighted / sum(weights)
+
+    def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
+        """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;
+        the box is multiplied by the scales (back to the original image's pixels)."""
+        box = (self.x0 * scale_x, self.y0 * scale_y, self.x1 * scale_x, self.y1 * scale_y)
+        return {
+            "text": self.text,
+            "box": [round(edge) for edge in box],
+            "vertical": self.vertical,
+            "score": round(self.score, 3),
+        }
+
+
+def reading_order(
+    lines: Sequence[TextLine], panels: Sequence[Box] = (), *, right_to_left: bool = True
+) -> list[Block]:
+    """The blocks of `lines` in reading order, each with its lines in order.
+
+    `panels`: panel boxes already in reading order (`manga_page_analysis.analysis.panels`);
+    a block belongs to the panel holding its centre, and the panels are read
+    in turn. Without panels the page is one panel. `right_to_left`: manga
+    order; `False` reads rows left to right (comics, webtoons).
+    """
+    by_panel: dict[int, list[Block]] = {}
+    for block in (_order_block(group) for group in _group(lines)):
+        by_panel.setdefault(_panel_of(block, panels), []).append(block)
+    ordered: list[Block] = []
+    for index in sorted(by_panel):
+        ordered.extend(_order_rows(by_panel[index], right_to_left))
+    return ordered
+
+
+def page_text(lines: Sequence[TextLine]) -> str:
+    """The page's text: one line per block, in reading order; `""` when there is none."""
+    return "\n".join(block.text for block in reading_order(lines) if block.text)
+
+
+def join_pieces(pieces: Iterable[str]) -> str:
+    """Join the parts of one sentence: nothing between two CJK characters, else a space."""
+    text = ""
+    for piece in (piece.strip() for piece in pieces):
+        if not piece:
+            continue
+        if text and not (_is_cjk(text[-1]) and _is_cjk(piece[0])):
+            text += " "
+        text += piece
+    return text
+
+
+def _is_cjk(char: str) -> bool:
+    # Kana, kanji, CJK punctuation and full-width forms: scripts written without spaces.
+    name = unicodedata.name(char, "")
+    return name.startswith(("CJK", "HIRAGANA", "KATAKANA", "FULLWIDTH", "IDEOGRAPHIC")) or (
+        "\u3000" <= char <= "\u30ff"
+    )
+
+
+def _compatible(a: TextLine, b: TextLine) -> bool:
+    if not (a.orientation is None or b.orientation is None or a.orientation == b.orientation):
+        return False
+    # One block is set in one size: a title beside a bubble, or ruby, is not joined.
+    return max(a.thickness, b.thickness) <= SAME_SIZE * min(a.thickness, b.thickness)
+
+
+def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    """How much two spans overlap, as a share of the shorter one (negative: a gap)."""
+    return (min(a1, b1) - max(a0, b0)) / max(1.0, min(a1 - a0, b1 - b0))
+
+
+def _near(a: TextLine, b: TextLine) -> bool:
+    """Neighbours in one block: side by side along most of the shorter one with a
+    gap under `JOIN_GAP` thicknesses, or one continuing the other (a split column; both
+    read with at least `CONTINUE_MIN_SCORE`)."""
+    size = max(a.thickness, b.thickness)
+    x_gap = max(a.x0, b.x0) - min(a.x1, b.x1)
+    y_gap = max(a.y0, b.y0) - min(a.y1, b.y1)
+    vertical = "v" in (a.orientation, b.orientation) or (
+        a.orientation is None and b.orientation is None
+    )
+    if vertical:
+        beside = x_gap <= JOIN_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SIDE_OVERLAP
+        below = y_gap <= CONTINUE_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SAME_LANE
+    else:
+        beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
+        below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
+    return beside or (below and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
+
+
+def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
+    """Connected groups of near, orientation-compatible lines (union-find; pages are small)."""
+    parent = list(range(len(lines)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, a in enumerate(lines):
+        for j in range(i + 1, len(lines)):
+            b = lines[j]
+            if _compatible(a, b) and _near(a, b):
+                parent[root(i)] = root(j)
+    groups: dict[int, list[TextLine]] = {}
+    for i, line in enumerate(lines):
+        groups.setdefault(root(i), []).append(line)
+    return list(groups.values())
+
+
+def _order_block(lines: list[TextLine]) -> Block:
+    votes = {"v": 0, "h": 0}
+    for line in lines:
+        if line.orientation is not None:
+            votes[line.orientation] += len(line.text)
+    vertical = votes["v"] > votes["h"]
+    if vertical:
+        # Columns right to left, each column top to bottom.
+        lanes = _lanes(lines, lambda line: (line.x0, line.x1))
+        lanes.sort(key=lambda lane: -_lane_centre(lane, lambda line: (line.x0, line.x1)))
+        ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.y0)]
+    else:
+        # Rows top to bottom, each row left to right.
+        lanes = _lanes(lines, lambda line: (line.y0, line.y1))
+        lanes.sort(key=lambda lane: _lane_centre(lane, lambda line: (line.y0, line.y1)))
+        ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.x0)]
+    return Block(tuple(ordered), vertical)
+
+
+def _lanes(
+    lines: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]
+) -> list[list[TextLine]]:
+    """Lines sharing a column (`extent` = x span) or a row (`extent` = y span): their
+    centres lie within `SAME_LANE` of the thinner one's thickness."""
+    lanes: list[list[TextLine]] = []
+    for line in sorted(lines, key=lambda line: _centre(extent(line))):
+        start, end = extent(line)
+        for lane in lanes:
+            thinnest = min(min(end - start, extent(other)[1] - extent(other)[0]) for other in lane)
+            if abs(_centre(extent(line)) - _lane_centre(lane, extent)) <= SAME_LANE * thinnest:
+                lane.append(line)
+                break
+        else:
+            lanes.append([line])
+    return lanes
+
+
+def _centre(span: tuple[float, float]) -> float:
+    return (span[0] + span[1]) / 2
+
+
+def _lane_centre(lane: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]) -> float:
+    return sum(_centre(extent(line)) for line in lane) / len(lane)
+
+
+def _panel_of(block: Block, panels: Sequence[Box]) -> int:
+    cx, cy = (block.x0 + block.x1) / 2, (block.y0 + block.y1) / 2
+    for index, (x0, y0, x1, y1) in enumerate(panels):
+        if x0 <= cx <= x1 and y0 <= cy <= y1:
+            return index
+    return len(panels)  # outside every panel (a caption in a gutter): read last
+
+
+def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
+    """Rows top to bottom; within a row right to left (or left to right)."""
+
+    def across(block: Block) -> float:
+        return -block.x1 if right_to_left else block.x0
+
+    rows: list[list[Block]] = []
+    for block in sorted(blocks, key=lambda block: (block.y0, across(block))):
+        row = rows[-1] if rows else None
+        if row is not None and any(block.y0 < (other.y0 + other.y1) / 2 for other in row):
+            row.append(block)
+        else:
+            rows.append([block])
+    return [block for row in rows for block in sorted(row, key=across)]

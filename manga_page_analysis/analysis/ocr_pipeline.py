@@ -1,0 +1,125 @@
+"""Detection and recognition with rapidocr's models, at a scale chosen for the lettering.
+
+rapidocr's own pipeline enlarges the short side to 736 px. Here a page is detected at its own
+size (scaled down to `DET_MAX_SIDE` at most), enlarged only when its lettering is small; each
+line is recognised from the full-resolution image (docs/ocr.md, "What it reads").
+
+Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
+than its `__call__`, which has no per-call scale (why threads may share them: `manga_page_analysis.analysis.ocr`).
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Final
+
+import numpy as np
+from numpy.typing import NDArray
+from PIL import Image, ImageOps
+
+from manga_page_analysis.analysis.layout import TextLine
+
+PAD_SHARE: Final = 0.05
+"""Paper added around the image before detection, as a share of its short side."""
+PAD_MIN_PX: Final = 8
+"""At least this much paper is added (a bubble crop a hundred pixels wide)."""
+DET_MAX_SIDE: Final = 960
+"""The detector sees the page scaled down to this long side at most: lettering of a printed
+page stays about 20 px thick, and memory and CPU grow with the pixels."""
+DET_SMALL_TEXT_PX: Final = 20
+"""Lettering thinner than this (boxes' short side, image pixels) is detected again, enlarged."""
+DET_TARGET_TEXT_PX: Final = 28
+"""The enlarged pass scales lettering to about this thickness."""
+DET_MAX_UPSCALE: Final = 2.5
+"""The enlarged pass scales the page by at most this much."""
+DET_UPSCALED_MAX_SIDE: Final = 1600
+"""Nor beyond this long side (CPU grows with the pixels)."""
+SECOND_LOOK_MAX_PIXELS: Final = 160_000
+"""An image this small (a single bubble) is detected a second time, enlarged by
+`SECOND_LOOK_SCALE`, and what that finds beside the first look's boxes is added."""
+SECOND_LOOK_SCALE: Final = 1.5
+"""The second look's enlargement."""
+NEW_BOX_MAX_COVERED: Final = 0.3
+"""A second-look box is new when at most this share of it lies in first-look boxes, and
+no first-look box lies in it by more than `NEW_BOX_MAX_HOLDS` of its own area."""
+NEW_BOX_MAX_HOLDS: Final = 0.5
+"""See `NEW_BOX_MAX_COVERED`."""
+MIN_TEXT_SCORE: Final = 0.3
+"""Lines recognised with less confidence are noise (the layout judges blocks above it)."""
+
+
+def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
+    """The text lines of `page` (RGB), with boxes in its pixels, in no particular order."""
+    from rapidocr.ch_ppocr_rec import TextRecInput
+    from rapidocr.utils.process_img import get_rotate_crop_image
+
+    margin = max(PAD_MIN_PX, round(PAD_SHARE * min(page.size)))
+    padded = ImageOps.expand(page, border=margin, fill="white")
+    source = engine.load_img(padded)  # as rapidocr reads an image (BGR)
+    detector = engine._load_det_model()
+    scale = min(1.0, DET_MAX_SIDE / max(padded.size))
+    boxes = _detect(detector, source, scale)
+    second_look = padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
+    if boxes:
+        thickness = statistics.median(_thickness(box) for box in boxes)
+        # Only lettering small in the image itself: text made small by scaling a big
+        # page down is left as it is (enlarging it again would cost the saving).
+        if scale == 1.0 and thickness < DET_SMALL_TEXT_PX:
+            enlarged = min(
+                DET_TARGET_TEXT_PX / thickness,
+                DET_MAX_UPSCALE,
+                DET_UPSCALED_MAX_SIDE / max(padded.size),
+            )
+            if enlarged > scale * 1.2:
+                boxes = _detect(detector, source, enlarged)
+                second_look = False
+    if second_look:
+        # Stylised lettering thicker than print is sometimes found only enlarged.
+        extra = _detect(detector, source, SECOND_LOOK_SCALE)
+        boxes += [box for box in extra if _new(box, boxes)]
+    if not boxes:
+        return []
+    crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
+    recognised = engine._load_rec_model()(TextRecInput(img=crops))
+    lines = []
+    for box, text, score in zip(boxes, recognised.txts, recognised.scores, strict=True):
+        if text.strip() and score >= MIN_TEXT_SCORE:
+            lines.append(TextLine.from_quad((box - margin).tolist(), text, float(score)))
+    return lines
+
+
+def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArray[np.float32]]:
+    """Quadrilaterals (4×2, in `image`'s pixels) found with the image scaled by `scale`."""
+    import cv2  # rapidocr's own dependency; its detector was trained on cv2-resized pages
+
+    height, width = image.shape[:2]
+    scaled: NDArray[Any] = image
+    if scale != 1.0:
+        size = (max(32, round(width * scale)), max(32, round(height * scale)))
+        scaled = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
+    found = detector(scaled)
+    if found.boxes is None:
+        return []
+    back = np.array([width / scaled.shape[1], height / scaled.shape[0]], dtype=np.float32)
+    return [np.asarray(box, dtype=np.float32) * back for box in found.boxes]
+
+
+def _thickness(box: NDArray[np.float32]) -> float:
+    xs, ys = box[:, 0], box[:, 1]
+    return float(min(xs.max() - xs.min(), ys.max() - ys.min()))
+
+
+def _new(box: NDArray[np.float32], found: list[NDArray[np.float32]]) -> bool:
+    """True when `box` is not (most of) one already in `found` and holds none of them."""
+    x0, y0 = box.min(axis=0)
+    x1, y1 = box.max(axis=0)
+    area = max(1.0, float((x1 - x0) * (y1 - y0)))
+    covered = 0.0
+    for other in found:
+        ox0, oy0 = other.min(axis=0)
+        ox1, oy1 = other.max(axis=0)
+        inter = max(0.0, min(x1, ox1) - max(x0, ox0)) * max(0.0, min(y1, oy1) - max(y0, oy0))
+        if inter > NEW_BOX_MAX_HOLDS * max(1.0, float((ox1 - ox0) * (oy1 - oy0))):
+            return False
+        covered += float(inter)
+    return covered <= NEW_BOX_MAX_COVERED * area

@@ -1,0 +1,158 @@
+"""What a reader reads of OCR lines: dialogue blocks in reading order (`read_page`), without
+furigana, sound effects and stray marks.
+
+Pure functions over `TextLine`s, so tests feed boxes directly. The rules, and what they cost
+in recall, are in docs/ocr.md ("What is not text"); the thresholds are the constants below.
+"""
+
+from __future__ import annotations
+
+import statistics
+import unicodedata
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
+from manga_page_analysis.analysis.panels import find_panels
+
+FURIGANA_MAX_RATIO: Final = 0.7
+"""Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
+FURIGANA_MAX_GAP: Final = 0.6
+"""Ruby hugs its column: the gap is at most this many of the ruby's own thicknesses."""
+FURIGANA_MIN_ALONGSIDE: Final = 0.7
+"""Ruby lies beside its column along at least this share of its own length."""
+FURIGANA_MAX_PITCH: Final = 0.75
+"""Ruby glyphs are small: the length per character is at most this share of its column's."""
+FURIGANA_MAX_LENGTH: Final = 0.9
+"""Ruby annotates a few characters: it is at most this share of its column's length (a
+narrow column as long as its neighbour is text set in narrow glyphs, not ruby)."""
+MIN_BLOCK_SCORE: Final = 0.65
+"""Blocks the recogniser scores below this are dropped (garbage read from drawn lettering)."""
+OVERSIZED_RATIO: Final = 2.0
+"""A line this many times thicker than the page's median line is display lettering."""
+OVERSIZED_MIN_SCORE: Final = 0.9
+"""Oversized lettering is kept only when read this confidently (a title, not an effect), or
+when it is mostly kanji (`SHOUT_MIN_KANJI`)."""
+SHOUT_MIN_KANJI: Final = 0.5
+"""Oversized lettering at least this share kanji (of its letters) is a shout, not an effect."""
+MIN_CJK_SHARE_RTL: Final = 0.1
+"""A page reads right to left when at least this share of its letters is CJK (kana, kanji)."""
+
+
+def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) -> list[Block]:
+    """The page's dialogue blocks in reading order. `grey`: the page (for its panels)."""
+    kept = dialogue_lines(lines)
+    right_to_left = is_right_to_left(kept)
+    panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
+    blocks = reading_order(kept, panels, right_to_left=right_to_left)
+    return dialogue_blocks([block for block in blocks if block.text])
+
+
+def is_right_to_left(lines: Sequence[TextLine]) -> bool:
+    """Manga order unless the page's letters are (almost) all Latin."""
+    letters = [char for line in lines for char in line.text if unicodedata.category(char)[0] == "L"]
+    if not letters:
+        return True
+    cjk = sum(1 for char in letters if not char.isascii())
+    return cjk >= MIN_CJK_SHARE_RTL * len(letters)
+
+
+def is_kana(text: str) -> bool:
+    """Only hiragana and katakana (and the long-vowel mark): what ruby is written in."""
+    letters = [char for char in text if not unicodedata.category(char).startswith("P")]
+    return bool(letters) and all("\u3040" <= char <= "\u30ff" for char in letters)
+
+
+def _alongside(a: TextLine, b: TextLine, vertical: bool) -> float:
+    """How much of `a`'s length lies beside `b` (0..1)."""
+    if vertical:
+        overlap = min(a.y1, b.y1) - max(a.y0, b.y0)
+        return max(0.0, overlap) / max(1.0, a.height)
+    overlap = min(a.x1, b.x1) - max(a.x0, b.x0)
+    return max(0.0, overlap) / max(1.0, a.width)
+
+
+def _gap(a: TextLine, b: TextLine, vertical: bool) -> float:
+    if vertical:
+        return max(a.x0, b.x0) - min(a.x1, b.x1)
+    return max(a.y0, b.y0) - min(a.y1, b.y1)
+
+
+def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
+    """True when `line` is ruby beside one of `others`: kana at most `FURIGANA_MAX_RATIO`
+    as thick as a column it hugs. A real narrow kana column beside a wider one would be
+    lost too; speech bubbles, set in one size, have none."""
+    if not is_kana(line.text):
+        return False
+    vertical = line.orientation != "h"
+    for main in others:
+        if main is line or main.thickness * FURIGANA_MAX_RATIO < line.thickness:
+            continue
+        if main.orientation not in (None, "v" if vertical else "h"):
+            continue
+        length, main_length = (line.height, main.height) if vertical else (line.width, main.width)
+        pitch = length / max(1, len(line.text))
+        main_pitch = main_length / max(1, len(main.text))
+        if (
+            length <= FURIGANA_MAX_LENGTH * main_length
+            and pitch <= FURIGANA_MAX_PITCH * main_pitch
+            and _gap(line, main, vertical) <= FURIGANA_MAX_GAP * line.thickness
+            and _alongside(line, main, vertical) >= FURIGANA_MIN_ALONGSIDE
+        ):
+            return True
+    return False
+
+
+def is_mark(text: str) -> bool:
+    """A block that is not a word: one or two Latin letters or digits and nothing else
+    (a page number, a letter read in a drawing). "Hi!" or "…" is a reply in a bubble."""
+    compact = "".join(unicodedata.normalize("NFKC", text).split())
+    return 0 < len(compact) <= 2 and compact.isascii() and compact.isalnum()
+
+
+def is_latin_column(line: TextLine) -> bool:
+    """Latin letters read down a column: a drawing misread (Japanese columns hold kana)."""
+    letters = [char for char in line.text if unicodedata.category(char)[0] == "L"]
+    latin = [char for char in letters if char.isascii()]
+    return line.orientation == "v" and len(latin) >= 3 and len(latin) > len(letters) / 2
+
+
+def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
+    """`lines` without furigana and Latin read down a column."""
+    words = [line for line in lines if not is_latin_column(line)]
+    return [line for line in words if not is_furigana(line, words)]
+
+
+def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
+    """`blocks` without marks and those read with low confidence or oversized (effects).
+
+    Judged per block, not per line: one doubtful column inside a bubble is kept
+    with its confident neighbours."""
+    confident = [
+        block for block in blocks if block.score >= MIN_BLOCK_SCORE and not is_mark(block.text)
+    ]
+    if len(confident) < 3:
+        return confident
+    median = statistics.median(_thickness(block) for block in confident)
+    return [
+        block
+        for block in confident
+        if _thickness(block) <= OVERSIZED_RATIO * median
+        or block.score >= OVERSIZED_MIN_SCORE
+        or is_mostly_kanji(block.text)
+    ]
+
+
+def is_mostly_kanji(text: str) -> bool:
+    """At least `SHOUT_MIN_KANJI` of the letters are kanji: words, not a sound effect
+    (sound effects are written in kana; a shouted name or order holds kanji)."""
+    letters = [char for char in text if unicodedata.category(char)[0] == "L"]
+    kanji = [char for char in letters if unicodedata.name(char, "").startswith("CJK UNIFIED")]
+    return bool(letters) and len(kanji) >= SHOUT_MIN_KANJI * len(letters)
+
+
+def _thickness(block: Block) -> float:
+    return statistics.median(line.thickness for line in block.lines)

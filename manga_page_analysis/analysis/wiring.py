@@ -1,0 +1,141 @@
+"""The composition root: builds the page-analysis runner from `Settings`."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import timedelta
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+from manga_page_analysis.analysis.analyzer import Analyzer, Readiness
+from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.analysis.handler import PageAnalysisHandler
+from manga_page_analysis.analysis.http import VisionClient, VisionObserver
+from manga_page_analysis.config import Settings
+from manga_page_analysis.db import listen_database_url, make_engine
+from manga_page_analysis.errors import ServiceError
+from manga_page_analysis.storage import LocalStorage
+from manga_page_analysis.worker.events import EventBus
+from manga_page_analysis.worker.observer import RunnerObserver
+from manga_page_analysis.worker.readiness import Probe, ReadinessGate
+from manga_page_analysis.worker.runner import Runner
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def analysis_runner(
+    settings: Settings,
+    *,
+    engine: Engine | None = None,
+    vision: Analyzer | None = None,
+    events: EventBus | None = None,
+    observer: RunnerObserver | None = None,
+    vision_observer: AnalysisObserver | None = None,
+) -> Iterator[Runner]:
+    """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit.
+
+    Without `vision`, `settings.backend` picks the analyzer. `vision_observer` hears every
+    readiness probe of the gate and every request of a vision client built here. The
+    analyzer is started here, whoever built it: a missing OCR model raises `OcrModelMissing`
+    here, and an analyzer that fails to start stops the runner; its error is raised when the
+    block exits.
+    """
+    with ExitStack() as owned:
+        if engine is None:
+            engine = make_engine(settings)
+            owned.callback(engine.dispose)
+        if vision is None:
+            if settings.backend == "ocr":
+                # Imported only for the `ocr` backend: it brings numpy and the
+                # OCR stack, which an `http` worker never needs.
+                from manga_page_analysis.analysis.ocr import OcrAnalyzer
+
+                vision = OcrAnalyzer()
+            elif not settings.vision_url:
+                raise ValueError("VISION_URL is not set: the http backend needs a model server")
+            else:
+                vision = VisionClient(
+                    base_url=settings.vision_url,
+                    model=settings.vision_model,
+                    api_key=settings.vision_api_key,
+                    health_url=settings.health_url,
+                    max_tokens=settings.vision_max_tokens,
+                    connect_timeout=settings.vision_connect_timeout_seconds,
+                    read_timeout=settings.vision_read_timeout_seconds,
+                    observer=vision_observer,
+                )
+            owned.callback(vision.close)
+        handler = PageAnalysisHandler(
+            storage=LocalStorage(settings.storage_root),
+            vision=vision,
+            max_image_bytes=settings.max_image_bytes,
+            max_side_px=settings.vision_max_side_px,
+        )
+        gate = ReadinessGate(
+            _reporting(vision.readiness, vision_observer),
+            name=vision.name,
+            poll_seconds=settings.readiness_poll_seconds,
+        )
+        if events is None:
+            # NOTIFYs from a background thread: a pool thread must not wait for
+            # a commit to report `started` or `completed` (about 5 ms a page).
+            events = analysis_event_bus(engine, background=True)
+            owned.callback(events.close)
+        runner = Runner(
+            engine,
+            [handler],
+            workers=settings.analysis_workers,
+            lease_duration=timedelta(seconds=settings.lease_seconds),
+            job_timeout=settings.job_timeout_seconds,
+            idle_poll=settings.idle_poll_seconds,
+            listen=settings.queue_listen,
+            listen_url=listen_database_url(settings),
+            # Each worker's next page leased and loaded while it waits for the
+            # model: pages started together finish together, and a worker that
+            # waited for the next lease round (2-3 ms, more on a busy machine)
+            # lost that much of its slot (docs/performance.md).
+            prefetch=settings.analysis_workers,
+            readiness=gate,
+            events=events,
+            reap_retention_days=settings.reap_retention_days,
+            name="analysis",
+            observer=observer,
+        )
+        failures: list[ServiceError] = []
+
+        def failed(error: ServiceError) -> None:
+            failures.append(error)
+            runner.stop()
+
+        vision.start(on_failure=failed)
+        yield runner
+        if failures:
+            raise failures[0]
+
+
+class AnalysisObserver(VisionObserver, Protocol):
+    """A `VisionObserver` that also hears the readiness gate's probes (for `vision_ready`)."""
+
+    def vision_probed(self, ready: bool) -> None:
+        """The gate probed the analyzer (`ready`: it may lease). Quick, thread-safe;
+        whatever it raises is logged and ignored."""
+        ...
+
+
+def _reporting(probe: Callable[[], Readiness], observer: AnalysisObserver | None) -> Probe:
+    if observer is None:
+        return probe
+
+    def reported() -> Readiness:
+        answer = probe()
+        try:
+            observer.vision_probed(answer.ready)
+        except Exception:
+            logger.exception("vision observer failed in vision_probed")
+        return answer
+
+    return reported

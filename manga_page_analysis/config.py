@@ -1,0 +1,160 @@
+"""Settings, read from the environment and `.env`. Every default has a name and a
+one-line docstring here, in one place; nothing is built at import time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_VISION_URL = "http://127.0.0.1:8080"
+"""llama-server's default address: what to suggest as `VISION_URL` (it is not a default)."""
+DEFAULT_VISION_MAX_TOKENS = 4096
+"""`max_tokens` of one answer: a text-heavy page needs room."""
+DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS = 5.0
+"""Connect timeout of one request to the model server."""
+DEFAULT_VISION_READ_TIMEOUT_SECONDS = 300.0
+"""Read timeout of one request: how long the model may think (cut to the job's deadline)."""
+DEFAULT_MAX_SIDE_PX = 1600
+"""Long side of the image sent to the model; larger pages are scaled down."""
+
+VisionBackend = Literal["http", "ocr"]
+"""`http`: an OpenAI-compatible model server; `ocr`: in-process OCR (`manga_page_analysis.analysis.ocr`)."""
+
+DEFAULT_DEV_DIR = Path(".dev")
+"""Local state for `make run-worker` without `DATABASE_URL`: embedded Postgres and storage."""
+
+DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+"""Largest page image read from storage (20 MiB)."""
+
+POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
+"""What `DATABASE_URL` may start with (`postgresql://` and `postgres://` use psycopg 3)."""
+POSTGRES_URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/dbname"
+
+
+class Settings(BaseSettings):
+    """Service configuration. Field names map to upper-case environment variables."""
+
+    model_config = SettingsConfigDict(
+        env_file=".env", env_file_encoding="utf-8", extra="ignore", case_sensitive=False
+    )
+
+    database_url: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL; unset means an embedded Postgres under `.dev/`.",
+    )
+    listen_database_url: str | None = Field(
+        default=None,
+        description="Direct connection for LISTEN (wake-ups, admin events); unset: DATABASE_URL.",
+    )
+    dev_dir: Path = Field(default=DEFAULT_DEV_DIR, description="Folder for local dev state.")
+
+    vision_url: str | None = Field(
+        default=None, description="OpenAI-compatible base URL; unset: the `ocr` backend."
+    )
+    vision_backend: VisionBackend | None = Field(
+        default=None, description="`http` or `ocr`; unset: `http` iff VISION_URL is set."
+    )
+    vision_health_url: str | None = Field(
+        default=None, description="Readiness probe; defaults to `{VISION_URL}/health`."
+    )
+    vision_model: str = Field(default="default", description="Model name sent in requests.")
+    vision_api_key: str | None = Field(default=None, description="Bearer token, if any.")
+    vision_max_tokens: int = Field(
+        default=DEFAULT_VISION_MAX_TOKENS, ge=64, description="max_tokens per answer."
+    )
+    vision_connect_timeout_seconds: float = Field(
+        default=DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS, gt=0
+    )
+    vision_read_timeout_seconds: float = Field(default=DEFAULT_VISION_READ_TIMEOUT_SECONDS, gt=0)
+    vision_max_side_px: int = Field(
+        default=DEFAULT_MAX_SIDE_PX, ge=64, description="Long side cap for images."
+    )
+
+    storage_root: Path = Field(default=DEFAULT_DEV_DIR / "storage")
+    analysis_workers: int = Field(default=2, ge=1, le=64)
+    job_timeout_seconds: float = Field(default=600.0, gt=0)
+    max_image_bytes: int = Field(default=DEFAULT_MAX_IMAGE_BYTES, gt=0)
+
+    lease_seconds: float = Field(default=60.0, gt=0, description="Lease window; renewed at 1/3.")
+    idle_poll_seconds: float = Field(
+        default=1.0, gt=0, description="Sleep when the queue is empty."
+    )
+    queue_listen: bool = Field(
+        default=True,
+        description="LISTEN for new jobs (instant pickup); off behind PgBouncer transaction mode.",
+    )
+    readiness_poll_seconds: float = Field(default=2.0, gt=0, description="Re-probe interval.")
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
+
+    log_format: Literal["text", "json"] = Field(
+        default="text", description="`json`: one JSON object per log line (job fields included)."
+    )
+    metrics_port: int | None = Field(
+        default=None, ge=0, le=65535, description="Serve Prometheus /metrics here; unset: off."
+    )
+    # Loopback by default: the metrics name jobs and error rates, and there is
+    # no auth on /metrics. Set 0.0.0.0 where Prometheus scrapes from another host.
+    metrics_host: str = Field(default="127.0.0.1", description="Address /metrics listens on.")
+    metrics_sample_seconds: float = Field(
+        default=15.0, gt=0, description="How often queue depth is sampled for the metrics."
+    )
+
+    @field_validator("database_url", "listen_database_url")
+    @classmethod
+    def _postgres_only(cls, value: str | None) -> str | None:
+        """`value` unchanged if it is a PostgreSQL URL this service can use, else `ValueError`
+        saying what is accepted (naming only the scheme: the URL may hold a password)."""
+        # Unset or empty (as in a copied .env) means the default: the embedded
+        # database for DATABASE_URL, DATABASE_URL for LISTEN_DATABASE_URL.
+        if not value:
+            return None
+        scheme, separator, rest = value.partition("://")
+        if not separator or not scheme or not rest:
+            raise ValueError(f"not a URL; expected {POSTGRES_URL_EXAMPLE}")
+        if scheme.lower() not in POSTGRES_URL_SCHEMES:
+            accepted = ", ".join(f"{name}://" for name in POSTGRES_URL_SCHEMES)
+            raise ValueError(
+                f"{scheme}:// is not supported; PostgreSQL only ({accepted}), "
+                f"e.g. {POSTGRES_URL_EXAMPLE}"
+            )
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(value)
+        except (ArgumentError, ValueError) as exc:
+            raise ValueError(f"not a valid URL ({exc}); expected {POSTGRES_URL_EXAMPLE}") from None
+        return value
+
+    @field_validator("vision_url")
+    @classmethod
+    def _strip_trailing_slash(cls, value: str | None) -> str | None:
+        # `VISION_URL=` (empty, as in a copied .env) means unset.
+        return (value.rstrip("/") or None) if value else None
+
+    @field_validator("vision_backend", mode="before")
+    @classmethod
+    def _backend_lower_case(cls, value: object) -> object:
+        return (value.strip().lower() or None) if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _http_needs_a_url(self) -> Settings:
+        if self.vision_backend == "http" and not self.vision_url:
+            raise ValueError(
+                f"VISION_BACKEND=http needs VISION_URL (llama-server: {DEFAULT_VISION_URL})"
+            )
+        return self
+
+    @property
+    def backend(self) -> VisionBackend:
+        """The analyzer: `VISION_BACKEND`, else `http` when `VISION_URL` is set, else `ocr`."""
+        return self.vision_backend or ("http" if self.vision_url else "ocr")
+
+    @property
+    def health_url(self) -> str | None:
+        """The readiness probe URL, `{VISION_URL}/health` unless set; `None` without a URL."""
+        return self.vision_health_url or (f"{self.vision_url}/health" if self.vision_url else None)

@@ -1,0 +1,91 @@
+"""Inserting pending jobs, one or many per statement. A dedup index (one job in
+flight per page, or per chapter) may skip an insert: `ON CONFLICT DO NOTHING`
+keeps the caller's transaction usable, and the answer says which were skipped."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Final
+
+from manga_page_analysis.db import Conn
+from manga_page_analysis.queue.payloads import JobPayload
+from manga_page_analysis.queue.table import run
+
+# Columns left out take their server defaults, so the defaults live in one
+# place (the schema): each statement comes in up to four forms, one per set
+# of optional columns given, each built once.
+_OPTIONAL_TYPES: Final = {"scheduled_at": "timestamptz", "max_attempts": "integer"}
+
+
+@functools.cache
+def _insert(many: bool, options: tuple[str, ...]) -> str:
+    names = "".join(f", {name}" for name in options)
+    values = "".join(f", %({name})s::{_OPTIONAL_TYPES[name]}" for name in options)
+    if not many:
+        # The id is made by the caller and nothing is returned: the row count
+        # says whether the dedup index skipped the row, and a statement that
+        # returns no rows costs the client less.
+        return (
+            f"INSERT INTO crawler_jobs (id, payload{names}) "
+            f"VALUES (%(id)s::uuid, %(payload)s::jsonb{values}) ON CONFLICT DO NOTHING"
+        )
+    # The payloads travel as ONE JSON array (one parameter, parsed once by the
+    # server). `ORDER BY n` inserts in the caller's order: within one call, the
+    # first of two payloads for the same page wins the slot.
+    return f"""
+        WITH v AS MATERIALIZED (
+            SELECT gen_random_uuid() AS id, payload, n
+            FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
+        ), inserted AS (
+            INSERT INTO crawler_jobs (id, payload{names})
+            SELECT id, payload{values} FROM v ORDER BY n
+            ON CONFLICT DO NOTHING RETURNING id
+        )
+        SELECT v.n, v.id FROM inserted JOIN v USING (id)
+    """
+
+
+def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError("max_attempts must be at least 1")
+    options = {"scheduled_at": scheduled_at, "max_attempts": max_attempts}
+    return {name: value for name, value in options.items() if value is not None}
+
+
+def enqueue(
+    conn: Conn,
+    payload: JobPayload,
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> uuid.UUID | None:
+    """Insert a pending job and return its id; `None` when a dedup index skipped it."""
+    params = _options(scheduled_at, max_attempts)
+    statement = _insert(False, tuple(params))
+    job_id = params["id"] = uuid.uuid4()
+    params["payload"] = payload.model_dump_json()
+    return job_id if run(conn, statement, params).rowcount else None
+
+
+def enqueue_many(
+    conn: Conn,
+    payloads: Sequence[JobPayload],
+    *,
+    scheduled_at: datetime | None = None,
+    max_attempts: int | None = None,
+) -> list[uuid.UUID | None]:
+    """Insert pending jobs in ONE statement; one entry per payload, in order:
+    the job's id, or `None` where a dedup index skipped it (also when an
+    earlier payload of the same call took the slot)."""
+    params = _options(scheduled_at, max_attempts)
+    if not payloads:
+        return []
+    statement = _insert(True, tuple(params))
+    params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
+    job_ids: list[uuid.UUID | None] = [None] * len(payloads)
+    for ordinal, job_id in run(conn, statement, params).all():
+        job_ids[ordinal - 1] = job_id
+    return job_ids

@@ -1,0 +1,44 @@
+"""Queue depth: job counts by kind and state, and how late the oldest due job is."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from sqlalchemy import func, select
+
+from manga_page_analysis.db import Conn
+from manga_page_analysis.models import JOB_STATES
+from manga_page_analysis.queue.payloads import ALL_KINDS
+from manga_page_analysis.queue.table import DEAD, KIND, PENDING, jobs, payload_field, text_literal
+
+UNKNOWN_KIND: Final = "unknown"
+"""The stats key for rows whose payload has no `kind` (written by a foreign writer)."""
+
+
+def queue_stats(conn: Conn) -> dict[str, Any]:
+    """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
+
+    Every known kind, and every kind found in rows, is listed with every
+    state (zeros included). The age is `now() - scheduled_at` of the oldest
+    pending job that is due (jobs waiting out a backoff are not late); `None`
+    when nothing is due.
+    """
+    kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
+    rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
+    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in ALL_KINDS}
+    for row_kind, state, number in rows:
+        counts.setdefault(row_kind, dict.fromkeys(JOB_STATES, 0))[state] = int(number)
+    age = conn.execute(
+        select(func.extract("epoch", func.now() - func.min(jobs.c.scheduled_at))).where(
+            jobs.c.state == PENDING, jobs.c.scheduled_at <= func.now()
+        )
+    ).scalar_one()
+    return {"jobs": counts, "oldest_pending_age_seconds": None if age is None else float(age)}
+
+
+def count_dead(conn: Conn, kind: str | None = None) -> int:
+    """Dead jobs (of `kind`, if given)."""
+    statement = select(func.count()).select_from(jobs).where(jobs.c.state == DEAD)
+    if kind is not None:
+        statement = statement.where(payload_field("kind") == kind)
+    return int(conn.execute(statement).scalar_one())

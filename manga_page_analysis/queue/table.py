@@ -1,0 +1,81 @@
+"""The `crawler_jobs` table as the queue sees it: the lease a worker holds, the
+limits, the column expressions readers (admin, stats) use, and `run`, which
+executes the queue's own SQL texts."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final, cast
+
+from sqlalchemy import ColumnElement, Connection, CursorResult, Table, literal_column
+from sqlalchemy.util.typing import TupleAny
+
+from manga_page_analysis.db import Conn
+from manga_page_analysis.models import Job
+from manga_page_analysis.queue.payloads import JobPayload
+
+LAST_ERROR_MAX_CHARS: Final = 4000
+"""`last_error` keeps the start of long messages (tracebacks, HTML error pages)."""
+
+WAKEUP_CHANNEL: Final = "crawler_jobs_wakeup"
+"""The `NOTIFY` channel on which due jobs announce themselves (payload: their
+kinds, comma-separated); sent by triggers of migration 0003, at commit."""
+
+RECLAIM_LIMIT: Final = 3
+"""Reclaims in a row after which `reclaim_expired` dead-letters a job (a crash loop)."""
+
+CRASH_LOOP_ERROR: Final = (
+    f"reclaimed from a dead worker {RECLAIM_LIMIT} times; it seems to crash its worker "
+    "(segfault, OOM kill): dead-lettered"
+)
+
+jobs = cast(Table, Job.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A job held by a worker, valid while `(id, lease_generation)` is current."""
+
+    id: uuid.UUID
+    payload: JobPayload
+    attempts: int
+    max_attempts: int
+    lease_generation: int
+
+
+def text_literal(value: str) -> ColumnElement[Any]:
+    """A string constant rendered inline, not bound: the planner can then match
+    the partial indexes' predicates even for a cached generic plan."""
+    return literal_column("'" + value.replace("'", "''") + "'")
+
+
+PENDING = text_literal("pending")
+DEAD = text_literal("dead")
+
+
+def payload_field(name: str) -> ColumnElement[Any]:
+    """`payload ->> 'name'`, spelled exactly as in the indexes."""
+    return jobs.c.payload.op("->>")(text_literal(name))
+
+
+KIND = payload_field("kind")
+
+
+def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*TupleAny]:
+    """Execute one of the queue's SQL texts (psycopg's `%(name)s` parameters) on
+    `conn`, in the caller's transaction; a session is flushed first when it
+    autoflushes, as `Session.execute` would.
+
+    Nothing is built or compiled per call, which costs more client time than
+    Postgres spends on a small statement; `exec_driver_sql` still translates
+    driver errors and notices lost connections.
+    """
+    if not isinstance(conn, Connection):
+        # A Session, or a scoped_session standing in for one (Flask-SQLAlchemy's
+        # `db.session`).
+        if conn.autoflush:
+            conn.flush()
+        conn = conn.connection()
+    return conn.exec_driver_sql(statement, params)

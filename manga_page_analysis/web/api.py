@@ -1,0 +1,216 @@
+"""The admin HTTP API, written once: the route table and the one handler.
+
+A framework adapter (`manga_page_analysis.web.flask`, `manga_page_analysis.web.django`) registers every
+`Route` of `ROUTES` under its pattern (Flask and Django share the `<name>` /
+`<path:name>` syntax), authenticates its own way, and translates its request
+into an `ApiRequest` and the `ApiResponse` of `AdminApi.handle` back. The
+handler owns the rest, and bad input never yields a 500.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from manga_page_analysis import admin
+from manga_page_analysis.admin import AdminError, BadRequest
+from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
+from manga_page_analysis.web.events import EventStream, EventStreams, EventsUnavailable
+
+logger = logging.getLogger(__name__)
+
+ALL_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")
+"""Every method an `api/` route is registered for: the handler answers a wrong
+one itself (a JSON 405), never the framework's HTML error page."""
+
+RETRY_AFTER_SECONDS: Final = 5
+"""`Retry-After` of a 503 from `api/events`."""
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRequest:
+    """One API request, as the adapter saw it.
+
+    `params`: the route pattern's values; `query`: one value a name;
+    `read_body`: called only for unsafe methods, once `content_length` passed
+    the limit; `origin_check`: whether an unsafe request let in by a session
+    comes from the page's own origin (Django: its CSRF check), `None` if so.
+    """
+
+    method: str
+    path: str
+    access: Access
+    params: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)
+    read_body: Callable[[], bytes] = bytes
+    content_length: str | None = None
+    origin_check: Callable[[], Refusal | None] = lambda: None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiResponse:
+    """What to answer. `content` is JSON or the page's HTML, or for `api/events`
+    an `EventStream` the adapter streams and the server closes."""
+
+    status: int
+    content: str | EventStream
+    content_type: str = "application/json"
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+def json_response(body: Any, status: int = 200) -> ApiResponse:
+    return ApiResponse(status, json.dumps(body, ensure_ascii=False))
+
+
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> ApiResponse:
+    """DESIGN's error body: `{"error": {"code": ..., "message": ...}}`, never cached."""
+    body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False)
+    return ApiResponse(status, body, headers={"Cache-Control": "no-store", **(headers or {})})
+
+
+def refusal_response(refusal: Refusal) -> ApiResponse:
+    challenge = {"WWW-Authenticate": refusal.www_authenticate} if refusal.www_authenticate else {}
+    return error_response(refusal.status, refusal.code, refusal.message, challenge)
+
+
+def page_response(method: str, html: str) -> ApiResponse:
+    """The admin page at the mount point: GET/HEAD only. It holds no queue
+    data, so it is served without auth; it must not be framed by another site."""
+    if method not in ("GET", "HEAD"):
+        return error_response(405, "method_not_allowed", "use GET", {"Allow": "GET"})
+    headers = {"X-Frame-Options": "DENY", "Cache-Control": "no-cache"}
+    return ApiResponse(200, html, "text/html; charset=utf-8", headers)
+
+
+class AdminApi:
+    """The admin API of one mount: the engine of its queries (a callable, so a
+    host may hand `lambda: db.engine`) and its event streams."""
+
+    def __init__(self, engine: Callable[[], Engine], streams: EventStreams) -> None:
+        self.engine = engine
+        self.streams = streams
+
+    def handle(self, route: Route, request: ApiRequest) -> ApiResponse:
+        """Answer `request` on `route`: the auth outcome, the method (HEAD is
+        GET; else 405), the body limit, the origin check of a session's writes,
+        `AdminError` as its JSON error and an unreachable database as 503."""
+        if request.access.refusal is not None:
+            return refusal_response(request.access.refusal)
+        method = "GET" if request.method == "HEAD" else request.method.upper()
+        view = route.views.get(method)
+        if view is None:
+            allowed = ", ".join(sorted(route.views))
+            return error_response(405, "method_not_allowed", f"use {allowed}", {"Allow": allowed})
+        try:
+            if method not in SAFE_METHODS:
+                _check_length(request.content_length)
+                refusal = request.origin_check() if request.access.ambient else None
+                if refusal is not None:
+                    return refusal_response(refusal)
+            return view(self, request)
+        except AdminError as exc:
+            return error_response(exc.status, exc.code, str(exc))
+        except OperationalError as exc:
+            logger.warning(
+                "admin API %s %s: database unavailable: %s", request.method, request.path, exc.orig
+            )
+            return error_response(503, "unavailable", "the database cannot be reached; try again")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """One `api/` route: its URL name, its pattern below the mount point, a view per method."""
+
+    name: str
+    pattern: str
+    views: Mapping[str, Callable[[AdminApi, ApiRequest], ApiResponse]]
+
+
+def _check_length(declared: str | None) -> None:
+    # Refused before it is read.
+    if declared and (not declared.strip().isdigit() or int(declared) > admin.MAX_BODY_BYTES):
+        raise BadRequest(f"the body is larger than {admin.MAX_BODY_BYTES} bytes")
+
+
+# --- the views ------------------------------------------------------------------
+
+
+def _stats(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    with api.engine().connect() as conn:
+        return json_response(admin.queue_stats(conn))
+
+
+def _jobs(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    query = request.query
+    limit = admin.parse_limit(query.get("limit"))
+    with api.engine().connect() as conn:
+        return json_response(
+            admin.list_jobs(
+                conn,
+                state=query.get("state") or None,
+                kind=query.get("kind") or None,
+                limit=limit,
+                cursor=query.get("cursor") or None,
+            )
+        )
+
+
+def _retry(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    job_id = admin.parse_uuid(request.params["job_id"], "job id")
+    with api.engine().begin() as conn:
+        body = admin.retry_job(conn, job_id)
+    logger.info("admin API: job %s retried (%s)", job_id, request.access.who)
+    return json_response(body)
+
+
+def _get_analysis(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    page_id = admin.parse_uuid(request.params["page_id"], "page id")
+    with api.engine().connect() as conn:
+        return json_response(admin.get_page_analysis(conn, page_id))
+
+
+def _post_analysis(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    page_id = admin.parse_uuid(request.params["page_id"], "page id")
+    force = admin.parse_force_body(request.read_body())
+    with api.engine().begin() as conn:
+        return json_response(admin.request_page_analysis(conn, page_id, force=force), status=202)
+
+
+def _events(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    try:
+        stream = api.streams.open()
+    except EventsUnavailable as exc:
+        retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+        return error_response(exc.status, exc.code, str(exc), retry)
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return ApiResponse(200, stream, "text/event-stream", headers)
+
+
+def _unknown(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    return error_response(404, "not_found", f"no admin API route {request.path}")
+
+
+ROUTES: Final = (
+    Route("stats", "api/stats", {"GET": _stats}),
+    Route("jobs", "api/jobs", {"GET": _jobs}),
+    # Any string, not a UUID converter: a malformed id gets the API's JSON 400.
+    Route("retry", "api/jobs/<job_id>/retry", {"POST": _retry}),
+    Route(
+        "page-analysis",
+        "api/pages/<page_id>/analysis",
+        {"GET": _get_analysis, "POST": _post_analysis},
+    ),
+    Route("events", "api/events", {"GET": _events}),
+    Route("api-root", "api/", dict.fromkeys(ALL_METHODS, _unknown)),
+    # Last: an unknown api/ route is a JSON 404 for every method.
+    Route("unknown", "api/<path:rest>", dict.fromkeys(ALL_METHODS, _unknown)),
+)
+"""Every admin API route, in matching order."""

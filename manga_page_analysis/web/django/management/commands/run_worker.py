@@ -1,0 +1,63 @@
+"""`python manage.py run_worker`: `make run-worker` on Django's database."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from typing import Any, ClassVar
+
+from django.core.management.base import BaseCommand
+from django.db import connections
+
+from manga_page_analysis.cli import commands as cli
+from manga_page_analysis.cli.shutdown import exit_process
+from manga_page_analysis.web.django.apps import page_analysis_app
+from manga_page_analysis.web.django.conf import sqlalchemy_url
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the page-analysis workers (the same runner as `make run-worker`) on the "
+        "database Django is configured with (PAGE_ANALYSIS['DATABASE_ALIAS']). The "
+        "rest of the configuration (VISION_URL, STORAGE_ROOT, ...) comes from the "
+        "environment, as for `python -m manga_page_analysis run-worker`."
+    )
+    # The worker checks the schema revision itself; Django's checks add nothing.
+    requires_system_checks: ClassVar[list[str]] = []
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--migrate",
+            action=argparse.BooleanOptionalAction,
+            default=False,
+            help="apply pending migrations first (default: refuse to start on an old schema)",
+        )
+        parser.add_argument(
+            "--log-level",
+            default=os.environ.get("LOG_LEVEL", "INFO"),
+            help="log level of the worker (default: $LOG_LEVEL or INFO)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        app = page_analysis_app()
+        url = sqlalchemy_url(app.settings.database_alias).render_as_string(hide_password=False)
+        # The runner's threads run no Django code: they use the worker's own
+        # SQLAlchemy engine. Close anything Django opened while starting, so
+        # no Django connection sits idle for the worker's lifetime.
+        connections.close_all()
+        # The CLI reads its settings from the environment; this process is ours.
+        os.environ["DATABASE_URL"] = url
+        listen_url = app.settings.listen_database_url
+        if listen_url:
+            os.environ["LISTEN_DATABASE_URL"] = listen_url
+        argv = ["--log-level", options["log_level"], "run-worker"]
+        argv.append("--migrate" if options["migrate"] else "--no-migrate")
+        # The CLI installs the signal handlers (manga_page_analysis.cli.shutdown).
+        code = cli.main(argv)
+        if code == cli.EXIT_MIGRATIONS_PENDING:
+            logging.getLogger("manga_page_analysis.cli").error(
+                "bring the schema to head with `python manage.py page_analysis_migrate`"
+            )
+        # This process is the worker's: end it here, as `python -m manga_page_analysis` does.
+        exit_process(code)

@@ -1,0 +1,253 @@
+"""Leasing: the lease loop, and the wake-up listener that starts it at once.
+
+The lease loop (one thread per runner) waits for the readiness gate and for
+free slots, leases up to that many jobs in ONE statement, runs each handler's
+`load` in the same transaction, and hands the batch to the runner. While the
+queue is empty it sleeps until woken: by the wake-up listener, a freed slot,
+or `idle_poll` (the fallback: a lost notification costs at most that).
+
+The listener (one connection per runner) wakes it for each `NOTIFY
+crawler_jobs_wakeup` naming one of the runner's kinds (docs/queue.md), and
+once after a reconnect, for what it may have missed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Collection, Mapping
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from manga_page_analysis.db import connect_kwargs
+from manga_page_analysis.queue import WAKEUP_CHANNEL, Lease, lease_kinds
+from manga_page_analysis.worker.dbsession import (
+    DatabaseUnavailable,
+    DbSession,
+    is_transient_db_error,
+    short_error,
+)
+from manga_page_analysis.worker.handler import AnyHandler
+from manga_page_analysis.worker.inflight import InFlight, InFlightJobs, new_job
+from manga_page_analysis.worker.logcontext import job_log_context
+from manga_page_analysis.worker.outage import DatabaseOutage
+from manga_page_analysis.worker.outcomes import describe_error
+from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.service import ThreadService
+
+logger = logging.getLogger(__name__)
+
+PREFETCH_MAX = 500
+"""Most jobs an adaptive prefetch leases beyond the pool threads."""
+ISOLATE_LOADS_SECONDS = 60.0
+"""After a load failed with a database error, how long loads run in savepoints."""
+CHECK_STOP_SECONDS = 0.5
+"""How long one wait for notifications lasts before the stop flag is checked."""
+
+
+class _LoadsAborted(Exception):
+    """A load broke the lease transaction; it was rolled back."""
+
+
+class LeaseLoop(ThreadService):
+    """`dispatch(batch)` takes each leased batch (the pool)."""
+
+    role = "lease"
+
+    def __init__(
+        self,
+        engine: Engine,
+        handlers: Mapping[str, AnyHandler],
+        jobs: InFlightJobs,
+        outage: DatabaseOutage,
+        *,
+        dispatch: Callable[[list[InFlight]], None],
+        workers: int,
+        prefetch: int | None,
+        lease_duration: timedelta,
+        idle_poll: float,
+        readiness: ReadinessGate | None,
+        name: str = "worker",
+    ) -> None:
+        super().__init__(name)
+        self._engine = engine
+        self._handlers = handlers
+        self._jobs = jobs
+        self._outage = outage
+        self._dispatch = dispatch
+        self.workers = workers
+        self.prefetch = prefetch
+        self.lease_duration = lease_duration
+        self.idle_poll = idle_poll
+        self._readiness = readiness
+        self._want_slot = False
+        self._isolate_loads_until = 0.0
+        self._round_seconds = 0.002  # moving average of a lease round trip
+        self.rounds = 0
+        jobs.on_slot_freed = self._slot_freed
+
+    def wake(self) -> None:
+        """Lease now (new jobs were committed)."""
+        self._wake.set()
+
+    def _slot_freed(self) -> None:
+        if self._want_slot:
+            self._wake.set()
+
+    def slots(self) -> int:
+        """How many jobs the runner holds at most: the pool, plus the prefetch."""
+        if self.prefetch is not None:
+            return self.workers + self.prefetch
+        job_seconds = self._jobs.job_seconds
+        if job_seconds is None:
+            return self.workers  # nothing measured yet: no prefetch
+        # Jobs the pool finishes while one lease round trip is under way,
+        # rounded up: a slot that frees then finds its next job waiting.
+        finished = self.workers * self._round_seconds / max(job_seconds, 1e-6)
+        return self.workers + min(PREFETCH_MAX, math.ceil(finished))
+
+    def run(self) -> None:
+        # Leases commit synchronously, like every other write. An asynchronous
+        # commit would take the WAL flush off the pickup path, but a lease lost
+        # in a server crash would roll the row back to its previous generation,
+        # and the next lease would hand out the lost holder's generation again:
+        # two holders that fencing could not tell apart.
+        session = DbSession(self._engine, self._outage, self.stopped)
+        kinds = list(self._handlers)
+        try:
+            while not self.stopped.is_set():
+                if self._readiness is not None and not self._readiness.wait_ready(self.stopped):
+                    return
+                self._wake.clear()
+                self._want_slot = True  # before counting: a slot freed from now on wakes us
+                free = self.slots() - self._jobs.holding
+                if free <= 0:
+                    self._wake.wait(self.idle_poll)
+                    continue
+                self._want_slot = False
+                round_started = time.monotonic()
+                try:
+                    batch = session.run(
+                        functools.partial(self._lease_and_load, kinds=kinds, limit=free)
+                    )
+                except DatabaseUnavailable:
+                    session.backoff()
+                    continue
+                except _LoadsAborted as exc:
+                    logger.warning(
+                        "a load failed with a database error (%s); leasing again with each "
+                        "load in its own savepoint",
+                        exc.__cause__,
+                    )
+                    continue
+                self.rounds += 1
+                if batch:
+                    seconds = time.monotonic() - round_started
+                    self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
+                    self._jobs.add(batch)
+                    self._dispatch(batch)
+                if len(batch) < free:  # the queue is drained: sleep until woken
+                    self._wake.wait(self.idle_poll)
+        finally:
+            session.close()
+
+    def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
+        """Lease and load in one transaction.
+
+        Loads run without savepoints (two round trips per batch saved on the
+        hot path). If one raises a database error, the transaction is rolled
+        back whole (nothing was leased, no attempt spent) and, for the next
+        minute, each load runs in its own savepoint so the job at fault
+        fails alone."""
+        isolated = time.monotonic() < self._isolate_loads_until
+        leases = lease_kinds(conn, kinds, limit, self.lease_duration)
+        try:
+            return [self._load(conn, lease, isolated=isolated) for lease in leases]
+        except DBAPIError as exc:
+            if isolated or is_transient_db_error(exc):
+                raise
+            self._isolate_loads_until = time.monotonic() + ISOLATE_LOADS_SECONDS
+            raise _LoadsAborted from exc
+
+    def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
+        handler = self._handlers[lease.payload.kind]
+        try:
+            with conn.begin_nested() if isolated else contextlib.nullcontext():
+                item = handler.load(conn, lease)
+        except Exception as exc:
+            if isinstance(exc, DBAPIError) and not isolated:
+                raise  # the transaction is broken: roll back, then load each job alone
+            job = new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
+            with job_log_context(**job.log_fields):
+                logger.error("job %s could not be loaded", lease.id, exc_info=exc)
+            return job
+        return new_job(lease, handler, item)
+
+
+class WakeupListener(ThreadService):
+    """`on_wake()` is called for each notification naming one of `kinds`;
+    `listen_url`: see `Runner`."""
+
+    role = "listener"
+
+    def __init__(
+        self,
+        engine: Engine,
+        kinds: Collection[str],
+        on_wake: Callable[[], None],
+        outage: DatabaseOutage,
+        *,
+        listen_url: str | None = None,
+        name: str = "worker",
+    ) -> None:
+        super().__init__(name)
+        self._connect_kwargs = connect_kwargs(listen_url or engine)
+        self._kinds = frozenset(kinds)
+        self._on_wake = on_wake
+        self._outage = outage
+        self.connections = 0
+        """Connections made so far (tests watch it to see a reconnect)."""
+        self.listening = threading.Event()
+        """Set while LISTEN is in effect."""
+
+    def run(self) -> None:
+        failures = 0
+        while not self.stopped.is_set():
+            established = False
+            try:
+                with psycopg.connect(**{**self._connect_kwargs, "autocommit": True}) as conn:
+                    self.connections += 1
+                    conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
+                    self.listening.set()
+                    established = True
+                    if self.connections > 1:
+                        self._on_wake()  # notifications may have been missed meanwhile
+                    self._outage.recovered()
+                    failures = 0
+                    self._listen(conn)
+                    return
+            except psycopg.Error as exc:
+                self.listening.clear()
+                if self.stopped.is_set():
+                    return
+                if established:
+                    logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
+                    continue
+                failures += 1
+                self.stopped.wait(self._outage.failed(short_error(exc), failures))
+
+    def _listen(self, conn: psycopg.Connection[Any]) -> None:
+        kinds = self._kinds
+        while not self.stopped.is_set():
+            for notify in conn.notifies(timeout=CHECK_STOP_SECONDS):
+                payload = notify.payload
+                if not payload or not kinds.isdisjoint(payload.split(",")):
+                    self._on_wake()

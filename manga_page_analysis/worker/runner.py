@@ -1,0 +1,249 @@
+"""The worker runner: leases jobs in batches and runs their handlers on a fixed pool."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import SQLAlchemyError
+
+from manga_page_analysis.queue import Lease, reclaim_expired
+from manga_page_analysis.worker.acker import Acker
+from manga_page_analysis.worker.dbsession import runner_outage, short_error
+from manga_page_analysis.worker.events import EventBus
+from manga_page_analysis.worker.handler import AnyHandler, JobContext
+from manga_page_analysis.worker.heartbeat import Heartbeat
+from manga_page_analysis.worker.inflight import InFlightJobs
+from manga_page_analysis.worker.leasing import LeaseLoop, WakeupListener
+from manga_page_analysis.worker.observer import RunnerObserver
+from manga_page_analysis.worker.outcomes import Outcomes
+from manga_page_analysis.worker.pool import WorkerPool
+from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.service import Service, ThreadService
+
+logger = logging.getLogger(__name__)
+
+SHUTDOWN_JOIN_SECONDS = 10.0
+"""How long shutdown waits for each service in turn."""
+
+
+class Runner:
+    """Runs `handlers` on `workers` pool threads until `stop()`; on shutdown,
+    in-flight jobs are released at once (attempt refunded, `cancelled`
+    published) without waiting for their dispatch.
+
+    The keywords are documented in docs/worker.md ("Keywords"); besides them,
+    `listen_url` is the direct connection LISTEN uses (default: the engine's
+    URL), for an engine that goes through PgBouncer in transaction mode.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        handlers: Sequence[AnyHandler],
+        *,
+        workers: int = 8,
+        lease_duration: timedelta = timedelta(seconds=60),
+        job_timeout: float = 600.0,
+        idle_poll: float = 1.0,
+        readiness: ReadinessGate | None = None,
+        events: EventBus | None = None,
+        reap_retention_days: int = 0,
+        name: str = "worker",
+        observer: RunnerObserver | None = None,
+        listen: bool = True,
+        listen_url: str | None = None,
+        prefetch: int | None = None,
+        ack_linger: float = 0.002,
+        ack_max_batch: int = 1000,
+    ) -> None:
+        if not handlers:
+            raise ValueError("a runner needs at least one handler")
+        if workers < 1 or (prefetch is not None and prefetch < 0):
+            raise ValueError("workers must be at least 1 and prefetch at least 0")
+        self._engine = engine
+        self._handlers = {handler.kind: handler for handler in handlers}
+        self.lease_duration = lease_duration
+        self._readiness = readiness
+        self._name = name
+        self._stopping = threading.Event()
+        self._shutdown: threading.Thread | None = None
+        # Reentrant: a signal handler calling stop() may interrupt start().
+        self._lifecycle = threading.RLock()
+        outage = runner_outage()
+        self._jobs = jobs = InFlightJobs()
+        self._outcomes = Outcomes(engine, jobs, events, observer, self._stopping, outage)
+        self.acker = Acker(
+            engine, outage, self._outcomes, linger=ack_linger, max_batch=ack_max_batch, name=name
+        )
+        self._heartbeat = Heartbeat(
+            engine,
+            jobs,
+            self._outcomes,
+            outage,
+            lease_duration=lease_duration,
+            reap_retention_days=reap_retention_days,
+            name=name,
+        )
+        self._pool = WorkerPool(
+            jobs,
+            self._outcomes,
+            self.acker,
+            self._heartbeat,
+            workers=workers,
+            job_timeout=job_timeout,
+            readiness=readiness,
+            name=name,
+        )
+        self._lease_loop = LeaseLoop(
+            engine,
+            self._handlers,
+            jobs,
+            outage,
+            dispatch=self._pool.submit,
+            workers=workers,
+            prefetch=prefetch,
+            lease_duration=lease_duration,
+            idle_poll=idle_poll,
+            readiness=readiness,
+            name=name,
+        )
+        self.listener = WakeupListener(
+            engine,
+            list(self._handlers),
+            self._lease_loop.wake,
+            outage,
+            listen_url=listen_url,
+            name=name,
+        )
+        self._services: list[Service] = [
+            *([self.listener] if listen else []),
+            self.acker,
+            self._pool,
+            self._heartbeat,
+            self._lease_loop,
+        ]
+        """In start order; shutdown stops and joins them in the reverse order."""
+
+    # --- lifecycle ---------------------------------------------------------
+
+    def start(self) -> None:
+        """Reclaim orphaned leases once, then start the services in order.
+        Does nothing once `stop()` was called."""
+        with self._lifecycle:
+            if self._shutdown is not None:
+                return
+            self._reclaim_at_start()
+            for service in self._services:
+                service.start()
+
+    def stop(self) -> None:
+        """Start the shutdown on a thread of its own (services stopped and joined
+        one by one, in reverse start order); returns at once. A second call does nothing."""
+        with self._lifecycle:
+            if self._shutdown is not None:
+                return
+            self._shutdown = threading.Thread(
+                target=self._shut_down, name=f"{self._name}-shutdown", daemon=True
+            )
+            self._shutdown.start()
+            # Set once the thread runs: whoever sees it may join the shutdown.
+            self._stopping.set()
+
+    def _shut_down(self) -> None:
+        with self._lifecycle:
+            pass  # a start() under way (a signal may arrive during it) ends first
+        for service in reversed(self._services):
+            began = time.monotonic()
+            service.stop()
+            ended = service.join(SHUTDOWN_JOIN_SECONDS)
+            logger.debug(
+                "shutdown: %s ended in %.3f s", type(service).__name__, time.monotonic() - began
+            )
+            if not ended:
+                logger.warning(
+                    "%s still running after %.0f s; shutdown goes on without it",
+                    type(service).__name__,
+                    SHUTDOWN_JOIN_SECONDS,
+                )
+
+    def wait_stopping(self, timeout: float | None = None) -> bool:
+        """Block until `stop()` was called (or `timeout` passes)."""
+        return self._stopping.wait(timeout)
+
+    def join(self, timeout: float = 10.0) -> bool:
+        """Wait up to `timeout` seconds for the shutdown and every service; `True` if
+        all ended. Pool threads stuck in an abandoned dispatch are not waited for."""
+        deadline = time.monotonic() + timeout
+        if self._shutdown is not None:
+            self._shutdown.join(max(0.0, deadline - time.monotonic()))
+        alive = [
+            type(service).__name__
+            for service in self._services
+            if not service.join(max(0.0, deadline - time.monotonic()))
+        ]
+        if alive:
+            logger.warning("runner services still running after %.0f s: %s", timeout, alive)
+        return not alive
+
+    @property
+    def lease_rounds(self) -> int:
+        """Lease statements run so far (tests synchronise on it)."""
+        return self._lease_loop.rounds
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs leased and not yet finished or given up."""
+        return len(self._jobs)
+
+    @property
+    def worker_deaths(self) -> int:
+        """Runner threads that died unexpectedly and were run again."""
+        return sum(s.deaths for s in self._services if isinstance(s, ThreadService))
+
+    def _reclaim_at_start(self) -> None:
+        """Reclaim expired leases in one transaction. `reclaim_expired` dead-letters a
+        job reclaimed `RECLAIM_LIMIT` times in a row; the queue knows no job kind,
+        so its handler's `save_failure` is written here, in the same transaction,
+        and the job is reported like a last attempt once that committed."""
+        try:
+            with self._engine.begin() as conn:
+                reclaim = reclaim_expired(conn)
+                breadcrumbs = [
+                    self._record_crash_loop(conn, lease, reclaim.error)
+                    for lease in reclaim.dead_lettered
+                ]
+        except SQLAlchemyError as exc:
+            logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
+            return
+        for lease, breadcrumb in zip(reclaim.dead_lettered, breadcrumbs, strict=True):
+            self._outcomes.crash_loop(lease, breadcrumb, reclaim.error)
+
+    def _record_crash_loop(
+        self, conn: Connection, lease: Lease, error: str
+    ) -> Mapping[str, Any] | None:
+        """The job's breadcrumb, or `None` when its handler is not this runner's,
+        had nothing to record, or failed to."""
+        handler = self._handlers.get(lease.payload.kind)
+        if handler is None:
+            return None  # another runner's kind: the dead row is the whole record
+        label = f"job {lease.id}"
+        try:
+            # A savepoint: a handler that cannot record this must not undo the reclaim.
+            with conn.begin_nested():
+                item = handler.load(conn, lease)
+                if item is None:
+                    return None
+                now = time.monotonic()
+                handler.save_failure(
+                    conn, item, error, JobContext(lease, now, threading.Event(), now, label)
+                )
+            return handler.breadcrumb(item)
+        except Exception:
+            logger.exception("%s: could not record its crash-loop failure", label)
+            return None
