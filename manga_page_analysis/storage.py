@@ -8,9 +8,11 @@ are served: reading a FIFO or a device could block a worker forever.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import BinaryIO, Final, Protocol, runtime_checkable
 
@@ -26,6 +28,15 @@ class Storage(Protocol):
 
     def read_bytes(self, key: str, max_bytes: int) -> bytes:
         """Read the whole object, refusing (`ObjectTooLarge`) one larger than `max_bytes`."""
+        ...
+
+    def write_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
+        """Store `data` under `key`, replacing what was there. All or nothing: a
+        reader sees the old object or the whole new one, never a part."""
+        ...
+
+    def delete(self, key: str) -> None:
+        """Remove the object under `key`; a missing object is not an error."""
         ...
 
 
@@ -55,9 +66,8 @@ class LocalStorage:
     def __repr__(self) -> str:
         return f"LocalStorage(root={str(self.root)!r})"
 
-    def path_for(self, key: str) -> Path:
-        """The resolved path of `key`, checked to be under the root: `StorageKeyError`
-        for a malformed or escaping key, `ObjectNotFound` when nothing is there."""
+    def _checked_key(self, key: str) -> None:
+        """`StorageKeyError` for a key that is not a plain relative path."""
         if not isinstance(key, str) or not key:
             raise StorageKeyError(f"storage key must be a non-empty string, got {key!r}")
         if "\x00" in key:
@@ -68,6 +78,11 @@ class LocalStorage:
         # legitimate key needs one, and refusing it up front makes the error clearer.
         if ".." in key.replace("\\", "/").split("/"):
             raise StorageKeyError(f"storage key {key!r} contains a '..' component")
+
+    def path_for(self, key: str) -> Path:
+        """The resolved path of `key`, checked to be under the root: `StorageKeyError`
+        for a malformed or escaping key, `ObjectNotFound` when nothing is there."""
+        self._checked_key(key)
         root = self.root.resolve()
         try:
             # strict=True follows every symlink, so the containment check below
@@ -126,3 +141,48 @@ class LocalStorage:
                 return read_capped(stream, max_bytes, label=repr(key))
             except OSError as exc:
                 raise StorageError(f"cannot read object {key!r}: {exc}") from exc
+
+    def _target(self, key: str) -> Path:
+        """Where `key` is written: its folder created and checked to be under the root
+        (the object itself may not exist yet, so `path_for` cannot be used)."""
+        self._checked_key(key)
+        root = self.root.resolve()
+        relative = Path(key)
+        try:
+            folder = root / relative.parent
+            folder.mkdir(parents=True, exist_ok=True)
+            folder = folder.resolve(strict=True)
+        except OSError as exc:
+            raise StorageError(f"cannot make the folder of key {key!r}: {exc}") from exc
+        if not folder.is_relative_to(root):
+            raise StorageKeyError(f"storage key {key!r} resolves outside the storage root")
+        return folder / relative.name
+
+    def write_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
+        """Written to a temporary file beside the target, then renamed over it (atomic on
+        POSIX). Files carry no content type: `content_type` is the caller's to keep."""
+        target = self._target(key)
+        temporary: str | None = None
+        try:
+            with tempfile.NamedTemporaryFile(
+                dir=target.parent, prefix=f".{target.name}.", suffix=".part", delete=False
+            ) as part:
+                temporary = part.name
+                part.write(data)
+                part.flush()
+                os.fsync(part.fileno())
+            os.replace(temporary, target)
+        except OSError as exc:
+            if temporary is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(temporary)
+            raise StorageError(f"cannot write object {key!r}: {exc}") from exc
+
+    def delete(self, key: str) -> None:
+        target = self._target(key)
+        try:
+            target.unlink(missing_ok=True)
+        except IsADirectoryError:
+            raise StorageKeyError(f"key {key!r} names a directory, not an object") from None
+        except OSError as exc:
+            raise StorageError(f"cannot delete object {key!r}: {exc}") from exc

@@ -207,3 +207,41 @@ def test_read_bytes_does_not_trust_the_size_metadata(root: Path) -> None:
     assert storage.read_end is not None
     assert storage.read_end.returned == 300_001
     assert storage.read_end.closed
+
+
+def test_write_bytes_stores_the_object_whole_and_replaces_it(root: Path) -> None:
+    storage = LocalStorage(root)
+    storage.write_bytes("new/deep/page.png", b"first", content_type="image/png")
+    assert storage.read_bytes("new/deep/page.png", 100) == b"first"
+    storage.write_bytes("new/deep/page.png", b"second", content_type="image/png")
+    assert storage.read_bytes("new/deep/page.png", 100) == b"second"
+    # Nothing is left of the temporary file the write went through.
+    assert sorted(p.name for p in (root / "new" / "deep").iterdir()) == ["page.png"]
+
+
+@pytest.mark.parametrize("key", ["../escape.png", "/abs.png", "", "a\x00b"])
+def test_write_bytes_refuses_a_key_that_is_no_plain_relative_path(root: Path, key: str) -> None:
+    with pytest.raises(StorageKeyError):
+        LocalStorage(root).write_bytes(key, b"x", content_type="image/png")
+    assert not (root.parent / "escape.png").exists()
+
+
+def test_write_bytes_refuses_a_folder_that_is_a_symlink_out_of_the_root(
+    root: Path, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "link").symlink_to(elsewhere)
+    with pytest.raises(StorageKeyError, match="outside the storage root"):
+        LocalStorage(root).write_bytes("link/page.png", b"x", content_type="image/png")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_delete_removes_the_object_and_a_missing_one_is_no_error(root: Path) -> None:
+    storage = LocalStorage(root)
+    storage.delete("manga/ch1/001.png")
+    with pytest.raises(ObjectNotFound):
+        storage.read_bytes("manga/ch1/001.png", 100)
+    storage.delete("manga/ch1/001.png")
+    with pytest.raises(StorageKeyError):
+        storage.delete("../secret.txt")
