@@ -14,7 +14,10 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, BinaryIO, Final, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from manga_page_analysis.config import Settings
 
 from manga_page_analysis.errors import ObjectNotFound, ObjectTooLarge, StorageError, StorageKeyError
 
@@ -186,3 +189,9 @@ class LocalStorage:
             raise StorageKeyError(f"key {key!r} names a directory, not an object") from None
         except OSError as exc:
             raise StorageError(f"cannot delete object {key!r}: {exc}") from exc
+
+
+def open_storage(settings: Settings) -> Storage:
+    """The store `settings` configure: today `LocalStorage(settings.storage_root)`.
+    Every reader and writer of page images (worker, importer, admin) gets it here."""
+    return LocalStorage(settings.storage_root)

@@ -17,7 +17,7 @@ from manga_page_analysis.analysis.http import VisionClient, VisionObserver
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import listen_database_url, make_engine
 from manga_page_analysis.errors import ServiceError
-from manga_page_analysis.storage import LocalStorage
+from manga_page_analysis.storage import open_storage
 from manga_page_analysis.worker.events import EventBus
 from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.readiness import Probe, ReadinessGate
@@ -70,7 +70,7 @@ def analysis_runner(
                 )
             owned.callback(vision.close)
         handler = PageAnalysisHandler(
-            storage=LocalStorage(settings.storage_root),
+            storage=open_storage(settings),
             vision=vision,
             max_image_bytes=settings.max_image_bytes,
             max_side_px=settings.vision_max_side_px,
