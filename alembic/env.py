@@ -1,6 +1,10 @@
 """Alembic environment. The URL comes from `Settings` unless a caller hands in
 a connection (`config.attributes["connection"]`) or a URL
-(`sqlalchemy.url`), as the CLI and the tests do."""
+(`sqlalchemy.url`), as the CLI and the tests do; the schema likewise
+(`config.attributes["schema"]`, else `DATABASE_SCHEMA`).
+
+All pending migrations run in one transaction: outside `public` it is the
+transaction whose `search_path` names the schema (manga_page_analysis.migrations)."""
 
 from __future__ import annotations
 
@@ -11,13 +15,14 @@ from sqlalchemy import Connection, pool
 from alembic import context
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import database_url, make_engine
-from manga_page_analysis.models import Base
+from manga_page_analysis.migrations import metadata_in, prepare_schema, version_table_schema
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
     fileConfig(config.config_file_name, disable_existing_loggers=False)
 
-target_metadata = Base.metadata
+schema: str = config.attributes.get("schema") or Settings().database_schema
+target_metadata = metadata_in(schema)
 
 
 def _configure(connection: Connection) -> None:
@@ -25,13 +30,25 @@ def _configure(connection: Connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         compare_type=True,
-        transaction_per_migration=True,
+        version_table_schema=version_table_schema(schema),
     )
+
+
+def _run(connection: Connection) -> None:
+    _configure(connection)
+    with context.begin_transaction():
+        prepare_schema(connection, schema)
+        context.run_migrations()
 
 
 def run_migrations_offline() -> None:
     url = config.get_main_option("sqlalchemy.url") or database_url(Settings())
-    context.configure(url=url, target_metadata=target_metadata, literal_binds=True)
+    context.configure(
+        url=url,
+        target_metadata=target_metadata,
+        literal_binds=True,
+        version_table_schema=version_table_schema(schema),
+    )
     with context.begin_transaction():
         context.run_migrations()
 
@@ -39,17 +56,13 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        _configure(connection)
-        with context.begin_transaction():
-            context.run_migrations()
+        _run(connection)
         return
     url = config.get_main_option("sqlalchemy.url") or database_url(Settings())
     engine = make_engine(url, poolclass=pool.NullPool)
     try:
         with engine.connect() as connection:
-            _configure(connection)
-            with context.begin_transaction():
-                context.run_migrations()
+            _run(connection)
     finally:
         engine.dispose()
 

@@ -33,6 +33,10 @@ POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 """What `DATABASE_URL` may start with (`postgresql://` and `postgres://` use psycopg 3)."""
 POSTGRES_URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/dbname"
 
+DATABASE_SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]{0,39}$"
+"""What `DATABASE_SCHEMA` may be: a plain lower-case name, short enough that its
+`NOTIFY` channels (`<schema>.analysis_events`) fit Postgres' 63-byte names."""
+
 
 class Settings(BaseSettings):
     """Service configuration. Field names map to upper-case environment variables."""
@@ -48,6 +52,11 @@ class Settings(BaseSettings):
     listen_database_url: str | None = Field(
         default=None,
         description="Direct connection for LISTEN (wake-ups, admin events); unset: DATABASE_URL.",
+    )
+    database_schema: str = Field(
+        default="public",
+        pattern=DATABASE_SCHEMA_PATTERN,
+        description="Postgres schema of every table of this package; `migrate` creates it.",
     )
     dev_dir: Path = Field(default=DEFAULT_DEV_DIR, description="Folder for local dev state.")
 

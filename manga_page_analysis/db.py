@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+import functools
+import re
+from typing import Any, Final, TypeAlias
 
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy.engine import URL, make_url
@@ -13,6 +15,60 @@ from manga_page_analysis.config import Settings
 Conn: TypeAlias = Connection | Session
 """What every repository function takes first: a SQLAlchemy `Connection` or
 `Session`, on which it executes without ever committing or rolling back."""
+
+
+DEFAULT_SCHEMA: Final = "public"
+"""`DATABASE_SCHEMA`'s default. The models name it as their schema, so a host's
+engine needs no option for it, and `schema_options` moves only this package's
+tables (a host's own tables, with no schema of their own, stay where they are)."""
+
+_OUR_TABLES: Final = re.compile(
+    r"\b(FROM|JOIN|UPDATE|INTO|TABLE)(\s+)(crawler_jobs|mangas|chapters|pages|page_analysis)\b",
+    re.IGNORECASE,
+)
+
+
+def schema_options(schema: str) -> dict[str, Any]:
+    """SQLAlchemy execution options that put this package's tables in `schema`
+    (its `DATABASE_SCHEMA`): `{}` for `public`, else a `schema_translate_map`.
+
+    Set them on the engine a host passes to the library, or on which it opens
+    the sessions it passes: `create_engine(url, execution_options=schema_options("pa"))`,
+    or Flask-SQLAlchemy's `SQLALCHEMY_ENGINE_OPTIONS = {"execution_options": ...}`.
+    Nothing else (no `search_path`, no session state) is involved, so it works
+    through PgBouncer in transaction mode.
+    """
+    if schema == DEFAULT_SCHEMA:
+        return {}
+    return {"schema_translate_map": {DEFAULT_SCHEMA: schema}}
+
+
+def schema_of(bind: Engine | Connection) -> str:
+    """The schema of this package's tables on `bind`, from its execution options."""
+    translate = bind.get_execution_options().get("schema_translate_map") or {}
+    return str(translate.get(DEFAULT_SCHEMA) or DEFAULT_SCHEMA)
+
+
+def channel_name(channel: str, schema: str) -> str:
+    """The `NOTIFY` channel `channel` of the tables in `schema`: the name itself in
+    `public`, else `<schema>.<channel>` (installs in two schemas never hear each other)."""
+    return channel if schema == DEFAULT_SCHEMA else f"{schema}.{channel}"
+
+
+def quote_identifier(name: str) -> str:
+    """`name` as a double-quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+@functools.cache
+def in_schema(statement: str, schema: str) -> str:
+    """A hand-written SQL text of this package with its tables (after FROM, JOIN,
+    UPDATE, INTO, TABLE) qualified by `schema`; unchanged for `public`, where the
+    texts keep their plain names. Cached: the queue's texts are a few constants."""
+    if schema == DEFAULT_SCHEMA:
+        return statement
+    prefix = quote_identifier(schema) + "."
+    return _OUR_TABLES.sub(lambda m: f"{m.group(1)}{m.group(2)}{prefix}{m.group(3)}", statement)
 
 
 def database_url(settings: Settings) -> str:
@@ -49,7 +105,9 @@ def normalise_url(url: str) -> str:
     return parsed.render_as_string(hide_password=False)
 
 
-def make_engine(settings_or_url: Settings | str, **engine_kwargs: Any) -> Engine:
+def make_engine(
+    settings_or_url: Settings | str, *, schema: str | None = None, **engine_kwargs: Any
+) -> Engine:
     """Build an engine from `Settings` (or a URL).
 
     `pool_pre_ping` is on so a connection broken by a database restart is
@@ -57,14 +115,21 @@ def make_engine(settings_or_url: Settings | str, **engine_kwargs: Any) -> Engine
     never prepare statements (`prepare_threshold=None`), so the engine works
     through PgBouncer in transaction mode, where the next transaction may run
     on another server connection that never saw the statement.
+
+    Its statements use the tables in `DATABASE_SCHEMA` (from `Settings`), or in
+    `schema` when given (`schema_options`).
     """
     if isinstance(settings_or_url, Settings):
         url = database_url(settings_or_url)
         pool_size = settings_or_url.analysis_workers * 2 + 2
+        schema = schema or settings_or_url.database_schema
     else:
         url = normalise_url(settings_or_url)
         pool_size = 10
     options: dict[str, Any] = {"pool_pre_ping": True}
+    translate = schema_options(schema or DEFAULT_SCHEMA)
+    if translate:
+        options["execution_options"] = {**engine_kwargs.pop("execution_options", {}), **translate}
     if "poolclass" not in engine_kwargs:
         options.update(pool_size=pool_size, max_overflow=5)
     connect_args = {"prepare_threshold": None, **engine_kwargs.pop("connect_args", {})}

@@ -1,17 +1,36 @@
 """Running and checking alembic migrations from code (the CLI, Django's
-`page_analysis_migrate`, the tests). The scripts are the checkout's `alembic/`,
-or the installed package's copy in `manga_page_analysis/_alembic/` (see setup.py)."""
+`migrate`, the tests). The scripts are the checkout's `alembic/`, or the
+installed package's copy in `manga_page_analysis/_alembic/` (see setup.py).
+
+Every table, index, function, trigger and the alembic version table live in
+one schema (`DATABASE_SCHEMA`, default `public`). Outside `public`, the
+migrations run in one transaction that creates the schema if missing and puts
+it alone on that transaction's `search_path` (`set_config(..., true)`: it ends
+with the transaction, so nothing is left on a pooled session).
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Engine, create_engine, pool
+from sqlalchemy import Connection, Engine, MetaData, create_engine, pool, text
 
 from alembic import command
+from manga_page_analysis.db import DEFAULT_SCHEMA, quote_identifier, schema_of, schema_options
+from manga_page_analysis.errors import ServiceError
+from manga_page_analysis.models import NAMING_CONVENTION, Base
+
+VERSION_TABLE = "alembic_version"
+
+
+class SchemaConflict(ServiceError):
+    """`migrate` would create a table that exists already and is not this package's."""
+
+    retryable = False
 
 
 def script_location() -> Path:
@@ -21,19 +40,100 @@ def script_location() -> Path:
     return packaged if (packaged / "env.py").is_file() else package.parent / "alembic"
 
 
-def alembic_config(url: str) -> Config:
-    """Alembic's config for `url`; it leaves logging alone and needs no `alembic.ini`."""
+def in_checkout() -> bool:
+    """Whether this code runs from a source checkout (with its Makefile), not an installed wheel."""
+    location = script_location()
+    return location.name == "alembic" and (location.parent / "Makefile").is_file()
+
+
+def alembic_config(url: str, schema: str = DEFAULT_SCHEMA) -> Config:
+    """Alembic's config for `url` and the tables in `schema`; it leaves logging
+    alone and needs no `alembic.ini`."""
     config = Config()
     config.set_main_option("script_location", str(script_location()))
     config.set_main_option("path_separator", "os")
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["configure_logging"] = False
+    config.attributes["schema"] = schema
     return config
 
 
-def upgrade_head(url: str) -> None:
-    """Apply every pending migration to the database at `url`."""
-    command.upgrade(alembic_config(url), "head")
+def version_table_schema(schema: str) -> str | None:
+    """Alembic's `version_table_schema`: `None` in `public` (where it always was)."""
+    return None if schema == DEFAULT_SCHEMA else schema
+
+
+def prepare_schema(connection: Connection, schema: str) -> None:
+    """In the migrations' transaction: outside `public`, create `schema` if missing
+    and make it the transaction's `search_path`; then `SchemaConflict` if a table
+    the migrations would create exists there without an alembic version of ours."""
+    if schema != DEFAULT_SCHEMA:
+        connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(schema)}")
+        connection.execute(
+            text("SELECT set_config('search_path', :path, true)"),
+            {"path": quote_identifier(schema)},
+        )
+    if _revision_on(connection, schema) is not None:
+        return
+    existing = connection.execute(
+        text(
+            "SELECT c.relname FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = :schema AND c.relname = ANY(:names) ORDER BY c.relname"
+        ),
+        {"schema": schema, "names": [table.name for table in Base.metadata.sorted_tables]},
+    ).scalars()
+    for name in existing:
+        raise SchemaConflict(
+            f'table "{name}" already exists in schema "{schema}" and is not this '
+            "package's (no migration of ours was applied there); set DATABASE_SCHEMA "
+            "to a schema of its own, e.g. DATABASE_SCHEMA=page_analysis"
+        )
+
+
+def _revision_on(connection: Connection, schema: str) -> str | None:
+    context = MigrationContext.configure(
+        connection, opts={"version_table_schema": version_table_schema(schema)}
+    )
+    return context.get_current_revision()
+
+
+def metadata_in(schema: str) -> MetaData:
+    """The models' tables as the migrations build them in `schema` (no schema
+    for `public`, as alembic reflects the default one): what autogenerate compares."""
+    # The target's own schema lets the models' `ForeignKey("mangas.id")` find their tables.
+    target = MetaData(schema=version_table_schema(schema), naming_convention=NAMING_CONVENTION)
+    for table in Base.metadata.sorted_tables:
+        table.to_metadata(target, schema=version_table_schema(schema))  # type: ignore[arg-type]
+    return target
+
+
+def differences(connection: Connection, schema: str = DEFAULT_SCHEMA) -> list[Any]:
+    """Alembic's autogenerate diff between the models and the tables in `schema`
+    (types compared; other schemas and the version table ignored): `[]` when they agree."""
+    from alembic.autogenerate import compare_metadata
+
+    wanted = version_table_schema(schema)
+
+    def include_name(name: str | None, type_: str, parent_names: dict[str, Any]) -> bool:
+        if type_ == "schema":
+            return name == wanted
+        return not (type_ == "table" and name == VERSION_TABLE)
+
+    context = MigrationContext.configure(
+        connection,
+        opts={
+            "compare_type": True,
+            "include_schemas": wanted is not None,
+            "include_name": include_name,
+        },
+    )
+    return list(compare_metadata(context, metadata_in(schema)))
+
+
+def upgrade_head(url: str, schema: str = DEFAULT_SCHEMA) -> None:
+    """Apply every pending migration to the database at `url`, tables in `schema`;
+    `SchemaConflict` when a table it would create is someone else's."""
+    command.upgrade(alembic_config(url, schema), "head")
 
 
 def head_revision() -> str | None:
@@ -42,9 +142,10 @@ def head_revision() -> str | None:
 
 
 def current_revision(engine: Engine) -> str | None:
-    """The database's revision; `None` when it was never migrated."""
+    """The database's revision in the engine's schema (`schema_of`); `None` when
+    it was never migrated (an empty database)."""
     with engine.connect() as conn:
-        return MigrationContext.configure(conn).get_current_revision()
+        return _revision_on(conn, schema_of(engine))
 
 
 def revisions(engine: Engine) -> tuple[str | None, str | None]:
@@ -52,12 +153,12 @@ def revisions(engine: Engine) -> tuple[str | None, str | None]:
     return current_revision(engine), head_revision()
 
 
-def migrate(url: str) -> tuple[str | None, str | None]:
+def migrate(url: str, schema: str = DEFAULT_SCHEMA) -> tuple[str | None, str | None]:
     """Bring the database at `url` to head; returns its revision before and after."""
-    engine = create_engine(url, poolclass=pool.NullPool)
+    engine = create_engine(url, poolclass=pool.NullPool, execution_options=schema_options(schema))
     try:
         before = current_revision(engine)
-        upgrade_head(url)
+        upgrade_head(url, schema)
         return before, current_revision(engine)
     finally:
         engine.dispose()

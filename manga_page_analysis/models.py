@@ -27,7 +27,8 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
-    "ix": "ix_%(column_0_label)s",
+    # Not `column_0_label`: that would put the schema in the name.
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
     "ck": "ck_%(table_name)s_%(constraint_name)s",
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
@@ -70,7 +71,9 @@ def _partial(name: str, *columns: Any, where: str, unique: bool = False) -> Inde
 
 
 class Base(DeclarativeBase):
-    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    # "public" is also the key `manga_page_analysis.db.schema_options` translates:
+    # a host's tables (no schema of their own) never move with ours.
+    metadata = MetaData(schema="public", naming_convention=NAMING_CONVENTION)
 
 
 def _uuid_pk() -> Mapped[uuid.UUID]:

@@ -14,6 +14,8 @@
    written by other writers wake workers too) and once per kind per
    transaction for updates (Postgres folds identical notifications). A
    failed attempt waiting out its backoff is not due, so it sends nothing.
+   With the tables in another schema than `public` (`DATABASE_SCHEMA`), the
+   channel is `<schema>.crawler_jobs_wakeup`, written into the functions here.
 
 3. Table health under churn. Every write a job sees changes an indexed
    column or a column of a partial index predicate (`state`,
@@ -40,6 +42,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from manga_page_analysis.db import channel_name
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -58,7 +61,14 @@ TABLE_SETTINGS = (
 )
 
 
+def _wakeup_channel() -> str:
+    """The channel's name as an SQL string literal, for the migration's schema."""
+    schema = op.get_context().version_table_schema or "public"
+    return "'" + channel_name("crawler_jobs_wakeup", schema).replace("'", "''") + "'"
+
+
 def upgrade() -> None:
+    channel = _wakeup_channel()
     op.create_index(
         "ix_crawler_jobs_pending",
         "crawler_jobs",
@@ -79,7 +89,7 @@ def upgrade() -> None:
     op.execute(f"ALTER TABLE crawler_jobs SET ({TABLE_SETTINGS})")
 
     op.execute(
-        """
+        f"""
         CREATE FUNCTION crawler_jobs_wake_inserted() RETURNS trigger
         LANGUAGE plpgsql AS $$
         DECLARE
@@ -89,7 +99,7 @@ def upgrade() -> None:
             FROM inserted_rows
             WHERE state = 'pending' AND scheduled_at <= now();
             IF kinds IS NOT NULL THEN
-                PERFORM pg_notify('crawler_jobs_wakeup', kinds);
+                PERFORM pg_notify({channel}, kinds);
             END IF;
             RETURN NULL;
         END
@@ -105,11 +115,11 @@ def upgrade() -> None:
         """
     )
     op.execute(
-        """
+        f"""
         CREATE FUNCTION crawler_jobs_wake_pending() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
-            PERFORM pg_notify('crawler_jobs_wakeup', NEW.payload ->> 'kind');
+            PERFORM pg_notify({channel}, NEW.payload ->> 'kind');
             RETURN NULL;
         END
         $$

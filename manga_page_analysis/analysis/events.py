@@ -6,6 +6,7 @@ from typing import Final
 
 from sqlalchemy import Engine
 
+from manga_page_analysis.db import channel_name, schema_of
 from manga_page_analysis.worker.events import EventBus
 
 ANALYSIS_CHANNEL: Final = "analysis_events"
@@ -14,5 +15,12 @@ ANALYSIS_CHANNEL: Final = "analysis_events"
 
 def analysis_event_bus(engine: Engine | None, *, background: bool = False) -> EventBus:
     """An event bus that publishes to `NOTIFY analysis_events` when given an engine
-    (from a notifier thread with `background=True`: see `EventBus`)."""
-    return EventBus(engine, ANALYSIS_CHANNEL, background=background)
+    (from a notifier thread with `background=True`: see `EventBus`). With the
+    tables in another schema than `public`, the channel is `<schema>.analysis_events`."""
+    channel = ANALYSIS_CHANNEL if engine is None else analysis_channel(engine)
+    return EventBus(engine, channel, background=background)
+
+
+def analysis_channel(engine: Engine) -> str:
+    """The events' `NOTIFY` channel for the tables `engine` uses."""
+    return channel_name(ANALYSIS_CHANNEL, schema_of(engine))

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import NoReturn
+from typing import Final, NoReturn
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
@@ -140,37 +140,83 @@ def _safe_url(url: str) -> str:
 
 
 def migrate(settings: Settings) -> int:
+    from manga_page_analysis.migrations import SchemaConflict
     from manga_page_analysis.migrations import migrate as migrate_database
 
     url = database_url(settings)
-    logger.info("applying migrations to %s", _safe_url(url))
+    schema = settings.database_schema
+    logger.info("applying migrations to %s (schema %s)", _safe_url(url), schema)
     # Alembic's own INFO lines say little here; the line printed below says what happened.
     logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
-        before, after = migrate_database(url)
+        before, after = migrate_database(url, schema)
+    except SchemaConflict as exc:
+        logger.error("migrate failed: %s", exc)
+        return EXIT_FAILED
     except SQLAlchemyError as exc:
         unreachable = "cannot reach the database: " if isinstance(exc, OperationalError) else ""
-        cause = _first_line(getattr(exc, "orig", None) or exc)
-        # DDL may outlast a pooler's timeouts or need a session.
-        logger.error(
-            "migrate failed: %s%s (migrations need a direct connection: if DATABASE_URL goes "
-            "through PgBouncer, run `migrate` with DATABASE_URL set to Postgres itself)",
-            unreachable,
-            cause,
+        cause = getattr(exc, "orig", None) or exc
+        # DDL may outlast a pooler's timeouts or need a session; said only when
+        # the failure can be the pooler's (not a missing database, a bad password).
+        hint = (
+            " (migrations need a direct connection: if DATABASE_URL goes through "
+            "PgBouncer, run `migrate` with DATABASE_URL set to Postgres itself)"
+            if could_be_the_pooler(cause)
+            else ""
         )
+        logger.error("migrate failed: %s%s%s", unreachable, _first_line(cause), hint)
         return EXIT_FAILED
     if before == after:
         print(f"database at revision {after} (head): nothing to do")
     else:
-        print(f"database migrated from revision {before or '(empty)'} to {after} (head)")
+        print(f"database migrated from {revision_text(before)} to revision {after} (head)")
     return 0
+
+
+def revision_text(revision: str | None) -> str:
+    """`revision 0004`, or `an empty database` for a database never migrated."""
+    return f"revision {revision}" if revision else "an empty database"
+
+
+def migrate_command_text() -> str:
+    """How to run `migrate` here: `make migrate` in a checkout, the module or the
+    console script where the package is installed."""
+    from manga_page_analysis.migrations import in_checkout
+
+    if in_checkout():
+        return "`make migrate`"
+    return "`python -m manga_page_analysis migrate` (or `manga-analysis migrate`)"
+
+
+_NOT_THE_POOLER: Final = (
+    "does not exist",
+    "authentication failed",
+    "no password supplied",
+    "connection refused",
+    "could not translate host name",
+    "name or service not known",
+    "no route to host",
+    "already exists",
+    "permission denied",
+)
+
+
+def could_be_the_pooler(error: BaseException) -> bool:
+    """Whether a `migrate` failure can come from a pooler in between (a dropped
+    server connection, a timeout, a refused feature), not from the database,
+    the credentials or the address themselves."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate and (sqlstate.startswith(("28", "3D", "42", "23")) or sqlstate == "42501"):
+        return False
+    message = str(error).lower()
+    return not any(phrase in message for phrase in _NOT_THE_POOLER)
 
 
 def import_pages_command(settings: Settings, args: argparse.Namespace) -> int:
     """Import `args.folder` as a chapter; print what was created (ids people look for)."""
     from manga_page_analysis.cli.importer import import_folder
 
-    engine = make_engine(database_url(settings))
+    engine = make_engine(database_url(settings), schema=settings.database_schema)
     try:
         result = import_folder(
             engine,
@@ -220,10 +266,12 @@ def demo_command(settings: Settings, timeout: float) -> int:
     with graceful.installed():
         print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")
         url = database_url(settings)
-        upgrade_head(url)
+        upgrade_head(url, settings.database_schema)
         if graceful.requested.is_set():
             return EXIT_INTERRUPTED
-        engine = make_engine(url, pool_size=settings.analysis_workers * 2 + 2)
+        engine = make_engine(
+            url, schema=settings.database_schema, pool_size=settings.analysis_workers * 2 + 2
+        )
         try:
             return run_demo(settings, engine, _safe_url(url), timeout, graceful)
         except (ServiceError, OSError, ValueError) as exc:
@@ -259,14 +307,18 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
             if revision != head:
                 if not migrate_first:
                     logger.error(
-                        "the database is at revision %s but the code needs %s: run `make migrate` "
-                        "(alembic upgrade head), or start with --migrate",
-                        revision,
+                        "the database (schema %s) is %s but the code needs revision %s: "
+                        "run %s, or start with --migrate",
+                        settings.database_schema,
+                        f"at revision {revision}" if revision else "empty",
                         head,
+                        migrate_command_text(),
                     )
                     return EXIT_MIGRATIONS_PENDING
-                logger.info("applying migrations (%s -> %s)", revision, head)
-                upgrade_head(url)
+                logger.info(
+                    "applying migrations (%s -> revision %s)", revision_text(revision), head
+                )
+                upgrade_head(url, settings.database_schema)
             if graceful.requested.is_set():
                 logger.info("run-worker stopped before it started")
                 return 0

@@ -12,7 +12,7 @@ from typing import Any, Final, cast
 from sqlalchemy import ColumnElement, Connection, CursorResult, Table, literal_column
 from sqlalchemy.util.typing import TupleAny
 
-from manga_page_analysis.db import Conn
+from manga_page_analysis.db import Conn, in_schema, schema_of
 from manga_page_analysis.models import Job
 from manga_page_analysis.queue.payloads import JobPayload
 
@@ -70,7 +70,9 @@ def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*
 
     Nothing is built or compiled per call, which costs more client time than
     Postgres spends on a small statement; `exec_driver_sql` still translates
-    driver errors and notices lost connections.
+    driver errors and notices lost connections. The texts name the tables
+    plainly; on a connection whose tables live in another schema
+    (`manga_page_analysis.db.schema_options`) they are qualified with it (once per text).
     """
     if not isinstance(conn, Connection):
         # A Session, or a scoped_session standing in for one (Flask-SQLAlchemy's
@@ -78,4 +80,4 @@ def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*
         if conn.autoflush:
             conn.flush()
         conn = conn.connection()
-    return conn.exec_driver_sql(statement, params)
+    return conn.exec_driver_sql(in_schema(statement, schema_of(conn)), params)

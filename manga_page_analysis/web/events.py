@@ -70,12 +70,15 @@ class EventStreams:
         *,
         max_streams: int = DEFAULT_MAX_STREAMS,
         keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
+        channel: Callable[[], str] = lambda: ANALYSIS_CHANNEL,
     ) -> None:
         if max_streams < 1:
             raise ValueError("max_streams must be at least 1")
         if keepalive_seconds <= 0:
             raise ValueError("keepalive_seconds must be positive")
         self._connect_kwargs = connect_kwargs
+        self.channel = channel
+        """The channel to LISTEN on (`manga_page_analysis.analysis.events.analysis_channel`)."""
         self.max_streams = max_streams
         self.keepalive_seconds = keepalive_seconds
         # Shared by the streams of this mount: the log says an outage once.
@@ -203,7 +206,7 @@ class EventStream:
         }
         self._conn = conn = psycopg.connect(**options)
         try:
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(ANALYSIS_CHANNEL)))
+            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._streams.channel())))
         except BaseException:
             self._drop_connection()
             raise

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from flask import Blueprint, Response, request
 from sqlalchemy import Engine
 
+from manga_page_analysis.analysis.events import analysis_channel
 from manga_page_analysis.db import connect_kwargs
 from manga_page_analysis.web.api import (
     ALL_METHODS,
@@ -52,6 +53,7 @@ def admin_blueprint(
         lambda: connect_kwargs(listen_url or get_engine()),
         max_streams=max_event_streams,
         keepalive_seconds=keepalive_seconds,
+        channel=lambda: analysis_channel(get_engine()),
     )
     api = AdminApi(get_engine, streams)
     blueprint = Blueprint(name, __name__)

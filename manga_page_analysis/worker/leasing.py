@@ -27,7 +27,7 @@ import psycopg
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from manga_page_analysis.db import connect_kwargs
+from manga_page_analysis.db import channel_name, connect_kwargs, quote_identifier, schema_of
 from manga_page_analysis.queue import WAKEUP_CHANNEL, Lease, lease_kinds
 from manga_page_analysis.worker.dbsession import (
     DatabaseUnavailable,
@@ -210,6 +210,9 @@ class WakeupListener(ThreadService):
     ) -> None:
         super().__init__(name)
         self._connect_kwargs = connect_kwargs(listen_url or engine)
+        self._listen_statement = "LISTEN " + quote_identifier(
+            channel_name(WAKEUP_CHANNEL, schema_of(engine))
+        )
         self._kinds = frozenset(kinds)
         self._on_wake = on_wake
         self._outage = outage
@@ -225,7 +228,7 @@ class WakeupListener(ThreadService):
             try:
                 with psycopg.connect(**{**self._connect_kwargs, "autocommit": True}) as conn:
                     self.connections += 1
-                    conn.execute(f'LISTEN "{WAKEUP_CHANNEL}"')
+                    conn.execute(self._listen_statement)
                     self.listening.set()
                     established = True
                     if self.connections > 1:

@@ -7,14 +7,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from alembic.autogenerate import compare_metadata
-from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
 from alembic import command
-from manga_page_analysis.migrations import alembic_config, current_revision, head_revision
-from manga_page_analysis.models import Base
+from manga_page_analysis.migrations import (
+    alembic_config,
+    current_revision,
+    differences,
+    head_revision,
+)
 
 
 def test_upgrade_head_matches_the_models_and_downgrade_removes_everything(empty_database_url):
@@ -23,8 +25,7 @@ def test_upgrade_head_matches_the_models_and_downgrade_removes_everything(empty_
     try:
         command.upgrade(config, "head")
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
-            assert compare_metadata(context, Base.metadata) == []
+            assert differences(conn) == []
             tables = set(inspect(conn).get_table_names())
         assert {"crawler_jobs", "mangas", "chapters", "pages", "page_analysis"} <= tables
 
@@ -49,8 +50,7 @@ def test_the_comparison_does_notice_a_drift(empty_database_url):
         with engine.begin() as conn:
             conn.execute(text("DROP INDEX uq_crawler_jobs_analyze_page_inflight"))
         with engine.connect() as conn:
-            context = MigrationContext.configure(conn, opts={"compare_type": True})
-            diff = compare_metadata(context, Base.metadata)
+            diff = differences(conn)
         assert any(
             op[0] == "add_index" and op[1].name == "uq_crawler_jobs_analyze_page_inflight"
             for op in diff

@@ -7,6 +7,7 @@ import threading
 from django.apps import AppConfig, apps
 from sqlalchemy import Engine
 
+from manga_page_analysis.analysis.events import analysis_channel
 from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.web.api import AdminApi
 from manga_page_analysis.web.django.borrowed import BorrowedEngines
@@ -22,8 +23,10 @@ ADMIN_POOL_SIZE = 5
 
 
 class PageAnalysisConfig(AppConfig):
-    """`INSTALLED_APPS = [..., "manga_page_analysis.web.django"]`. It has no models: the
-    schema is alembic's (`manage.py page_analysis_migrate`)."""
+    """`INSTALLED_APPS = [..., "manga_page_analysis.web.django"]`. It has no Django
+    models: the schema is alembic's, brought to head by `manage.py migrate` (its
+    `post_migrate` signal; `page_analysis_migrate` is the same as a command of its own).
+    `manage.py check` says so when the database is not PostgreSQL."""
 
     name = "manga_page_analysis.web.django"
     label = "page_analysis"
@@ -35,9 +38,17 @@ class PageAnalysisConfig(AppConfig):
     api: AdminApi
 
     def ready(self) -> None:
+        from django.core import checks
+        from django.db.models.signals import post_migrate
+
+        from manga_page_analysis.web.django.migrate import check_database, migrate_after_django
+
+        checks.register(check_database, checks.Tags.database)
+        # dispatch_uid: one handler however often ready() runs (test runners).
+        post_migrate.connect(migrate_after_django, sender=self, dispatch_uid=self.label)
         self._admin_engine: Engine | None = None
         self._lock = threading.Lock()
-        self.borrowed = BorrowedEngines()
+        self.borrowed = BorrowedEngines(lambda: self.settings.database_schema)
         self.reload()
 
     def admin_engine(self) -> Engine:
@@ -54,6 +65,7 @@ class PageAnalysisConfig(AppConfig):
                     self._admin_engine.dispose()
                 self._admin_engine = make_engine(
                     url.render_as_string(hide_password=False),
+                    schema=self.settings.database_schema,
                     pool_size=ADMIN_POOL_SIZE,
                     max_overflow=2,
                 )
@@ -72,6 +84,7 @@ class PageAnalysisConfig(AppConfig):
             lambda: connect_kwargs(listen_url or self.admin_engine()),
             max_streams=self.settings.max_event_streams,
             keepalive_seconds=self.settings.event_keepalive_seconds,
+            channel=lambda: analysis_channel(self.admin_engine()),
         )
         self.api = AdminApi(self.admin_engine, self.event_streams)
 

@@ -9,6 +9,7 @@ them, so Django's `transaction.atomic()` alone decides (aldjemy's
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from django.db import connections
@@ -16,6 +17,7 @@ from psycopg.types.json import JsonbLoader, JsonLoader
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.pool import NullPool
 
+from manga_page_analysis.db import schema_options
 from manga_page_analysis.web.django.conf import check_postgresql
 
 
@@ -60,9 +62,11 @@ def _borrow(alias: str) -> BorrowedConnection:
 
 
 class BorrowedEngines:
-    """One SQLAlchemy engine per Django alias."""
+    """One SQLAlchemy engine per Django alias, its statements on the tables in
+    the schema `schema()` names (`PAGE_ANALYSIS["DATABASE_SCHEMA"]`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, schema: Callable[[], str] = lambda: "public") -> None:
+        self._schema = schema
         self._engines: dict[str, Engine] = {}
         self._lock = threading.Lock()
 
@@ -78,6 +82,7 @@ class BorrowedEngines:
                     pool_reset_on_return=None,
                     # No hstore probe, no adapter registration on Django's connection.
                     use_native_hstore=False,
+                    execution_options=schema_options(self._schema()),
                 )
                 self._engines[alias] = engine
             return engine

@@ -5,6 +5,7 @@ Read when the app is ready and whenever a URL is needed, never at import time.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -13,7 +14,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from sqlalchemy.engine import URL, make_url
 
-from manga_page_analysis.db import normalise_url
+from manga_page_analysis.config import DATABASE_SCHEMA_PATTERN
+from manga_page_analysis.db import DEFAULT_SCHEMA, normalise_url
 from manga_page_analysis.web.events import DEFAULT_KEEPALIVE_SECONDS, DEFAULT_MAX_STREAMS
 
 SETTING: Final = "PAGE_ANALYSIS"
@@ -46,6 +48,8 @@ class PageAnalysisSettings:
     listen_database_url: str | None = None
     """Direct connection the event streams LISTEN on (the database sits behind
     PgBouncer in transaction mode); unset: the Django database's."""
+    database_schema: str = DEFAULT_SCHEMA
+    """The Postgres schema of the package's tables (`DATABASE_SCHEMA`)."""
 
 
 _KEYS: Final = tuple(field.name.upper() for field in fields(PageAnalysisSettings))
@@ -78,6 +82,12 @@ def page_analysis_settings() -> PageAnalysisSettings:
     listen_url = parsed.listen_database_url
     if listen_url is not None and (not isinstance(listen_url, str) or not listen_url.strip()):
         raise ImproperlyConfigured(f"{SETTING}['LISTEN_DATABASE_URL'] must be a non-empty URL")
+    schema = parsed.database_schema
+    if not isinstance(schema, str) or not re.match(DATABASE_SCHEMA_PATTERN, schema):
+        raise ImproperlyConfigured(
+            f"{SETTING}['DATABASE_SCHEMA'] must be a plain lower-case name "
+            "(letters, digits, _; at most 40)"
+        )
     return parsed
 
 
@@ -126,13 +136,35 @@ def url_from_connection_params(params: dict[str, Any]) -> URL:
     )
 
 
+DJANGO_ENGINES: Final = {
+    "postgresql": POSTGRESQL_ENGINE,
+    "postgres": POSTGRESQL_ENGINE,
+    "mysql": "django.db.backends.mysql",
+    "sqlite": "django.db.backends.sqlite3",
+}
+"""URL scheme (before any `+driver`) -> Django engine. Only PostgreSQL works with
+this app; the others map to their own engine so `manage.py check` says so."""
+
+
 def database_from_url(url: str) -> dict[str, Any]:
     """A `DATABASES` entry for a SQLAlchemy or libpq URL, for settings files
     (the example project, tests): `DATABASES = {"default": database_from_url(url)}`.
+
+    `mysql://` and `sqlite:///` give those engines (which `manage.py check` then
+    reports as unusable here), never PostgreSQL; another scheme is `ImproperlyConfigured`.
     """
-    parsed = make_url(normalise_url(url))
+    parsed = make_url(url)
+    backend = parsed.drivername.split("+", 1)[0]
+    engine = DJANGO_ENGINES.get(backend)
+    if engine is None:
+        raise ImproperlyConfigured(
+            f"database_from_url: {backend}:// is not a database Django knows here "
+            "(page analysis needs postgresql://)"
+        )
+    if engine == POSTGRESQL_ENGINE:
+        parsed = make_url(normalise_url(url))
     return {
-        "ENGINE": POSTGRESQL_ENGINE,
+        "ENGINE": engine,
         "NAME": parsed.database or "",
         "USER": parsed.username or "",
         "PASSWORD": parsed.password or "",

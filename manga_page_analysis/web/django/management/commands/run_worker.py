@@ -48,6 +48,7 @@ class Command(BaseCommand):
         connections.close_all()
         # The CLI reads its settings from the environment; this process is ours.
         os.environ["DATABASE_URL"] = url
+        os.environ["DATABASE_SCHEMA"] = app.settings.database_schema
         listen_url = app.settings.listen_database_url
         if listen_url:
             os.environ["LISTEN_DATABASE_URL"] = listen_url
@@ -57,7 +58,7 @@ class Command(BaseCommand):
         code = cli.main(argv)
         if code == cli.EXIT_MIGRATIONS_PENDING:
             logging.getLogger("manga_page_analysis.cli").error(
-                "bring the schema to head with `python manage.py page_analysis_migrate`"
+                "bring the schema to head with `python manage.py migrate`"
             )
         # This process is the worker's: end it here, as `python -m manga_page_analysis` does.
         exit_process(code)
