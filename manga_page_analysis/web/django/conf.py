@@ -95,7 +95,9 @@ def check_postgresql(alias: str) -> None:
     """Refuse anything but Django's PostgreSQL backend on psycopg 3."""
     if alias not in settings.DATABASES:
         raise ImproperlyConfigured(f"no database {alias!r} in DATABASES")
-    engine = connections[alias].settings_dict.get("ENGINE")
+    # From the settings, not the connection: loading another backend may fail
+    # first (MySQL without its driver) and hide what is wrong.
+    engine = settings.DATABASES[alias].get("ENGINE")
     if engine != POSTGRESQL_ENGINE:
         raise ImproperlyConfigured(
             f"page analysis needs DATABASES[{alias!r}] on {POSTGRESQL_ENGINE}, not {engine}"

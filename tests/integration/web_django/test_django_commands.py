@@ -78,7 +78,51 @@ def test_page_analysis_migrate_brings_an_empty_database_to_head(
 def test_run_worker_refuses_an_unmigrated_database(empty_database_url: str, tmp_path: Path) -> None:
     result = _manage("run_worker", env=_env(empty_database_url), cwd=tmp_path)
     assert result.returncode == 2, result.stderr
-    assert "page_analysis_migrate" in result.stderr
+    assert "python manage.py migrate" in result.stderr
+    assert "make " not in result.stderr  # not in a checkout's terms
+
+
+def test_django_migrate_alone_brings_our_schema_to_head(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    result = _manage("migrate", env=_env(empty_database_url), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "page analysis schema (public) is at head" in result.stdout
+    engine = make_engine(empty_database_url)
+    try:
+        current, head = revisions(engine)
+        with engine.connect() as conn:
+            tables = set(
+                conn.execute(
+                    text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+                ).scalars()
+            )
+    finally:
+        engine.dispose()
+    assert current == head is not None
+    assert {"crawler_jobs", "page_analysis", "pages", "auth_user"} <= tables
+
+
+def test_check_reports_a_database_that_is_not_postgres(tmp_path: Path) -> None:
+    script = (
+        "import django, sys; from django.conf import settings; "
+        "from manga_page_analysis.web.django import database_from_url; "
+        "settings.configure(INSTALLED_APPS=['manga_page_analysis.web.django'], "
+        "DATABASES={'default': database_from_url(sys.argv[1])}); django.setup(); "
+        "from django.core.management import call_command; call_command('check')"
+    )
+    for url in (f"sqlite:///{tmp_path}/db.sqlite3", "mysql://app@127.0.0.1/manga"):
+        result = subprocess.run(
+            [sys.executable, "-c", script, url],
+            env=_env(""),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode != 0, result.stdout
+        assert "page_analysis.E001" in result.stderr, result.stderr
+        assert "django.db.backends.postgresql" in result.stderr
 
 
 @pytest.mark.slow
