@@ -209,6 +209,8 @@ def could_be_the_pooler(error: BaseException) -> bool:
     if sqlstate and (sqlstate.startswith(("28", "3D", "42", "23")) or sqlstate == "42501"):
         return False
     message = str(error).lower()
+    if "prepared statement" in message:  # one prepared on another server connection
+        return True
     return not any(phrase in message for phrase in _NOT_THE_POOLER)
 
 

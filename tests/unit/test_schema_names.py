@@ -1,0 +1,55 @@
+"""How the package names its objects in another schema, and when a failed
+`migrate` may blame a pooler."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+
+from manga_page_analysis.cli.commands import could_be_the_pooler, revision_text
+from manga_page_analysis.db import channel_name, in_schema
+from manga_page_analysis.queue.states import _RECLAIM_EXPIRED
+
+
+def test_hand_written_sql_names_the_schema_of_its_tables() -> None:
+    statement = (
+        "WITH pages_cte AS (SELECT 1) UPDATE crawler_jobs AS j SET state = 'done' "
+        "FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN pages p ON true "
+        "WHERE j.payload ->> 'kind' = 'crawler_jobs_wakeup'"
+    )
+    assert in_schema(statement, "public") is statement
+    assert in_schema(statement, "pa") == (
+        "WITH pages_cte AS (SELECT 1) UPDATE \"pa\".crawler_jobs AS j SET state = 'done' "
+        'FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN "pa".pages p ON true '
+        "WHERE j.payload ->> 'kind' = 'crawler_jobs_wakeup'"
+    )
+    # Every table of a real statement, none left to `search_path`.
+    qualified = in_schema(_RECLAIM_EXPIRED, "pa")
+    assert qualified.count('"pa".crawler_jobs') == _RECLAIM_EXPIRED.count("crawler_jobs")
+
+
+def test_channels_keep_their_names_in_public_only() -> None:
+    assert channel_name("analysis_events", "public") == "analysis_events"
+    assert channel_name("analysis_events", "pa") == "pa.analysis_events"
+
+
+@pytest.mark.parametrize(
+    ("message", "pooler"),
+    [
+        ('connection failed: FATAL:  database "nosuchdb" does not exist', False),
+        ('FATAL:  password authentication failed for user "app"', False),
+        ("connection failed: Connection refused", False),
+        ("server closed the connection unexpectedly", True),
+        ("query_wait_timeout", True),
+        ('prepared statement "_pg3_0" does not exist', True),
+    ],
+)
+def test_the_pgbouncer_hint_only_where_the_pooler_can_be_the_cause(
+    message: str, pooler: bool
+) -> None:
+    assert could_be_the_pooler(psycopg.OperationalError(message)) is pooler
+
+
+def test_an_empty_database_is_not_revision_none() -> None:
+    assert revision_text(None) == "an empty database"
+    assert revision_text("0005") == "revision 0005"
