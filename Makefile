@@ -5,13 +5,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-wheel run-worker migrate bench lint clean
+.PHONY: install test test-unit test-wheel wheel run-worker migrate bench lint clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet -e '.[test,dev,web]'
+	$(PY) -m pip install --quiet -e '.[test,dev,flask,django]'
 	touch $(STAMP)
 
 # Every test, in TEST_WORKERS pytest-xdist processes (each starts its own Postgres).
@@ -35,6 +35,11 @@ test-unit: $(STAMP)
 # page_analysis_migrate from there (tests/wheel/; a minute or two).
 test-wheel: $(STAMP)
 	WHEEL_TEST=1 $(PY) -m pytest tests/wheel $(PYTEST_ARGS)
+
+# The wheel a host installs (docs/embedding.md, "Install"), built into dist/.
+wheel: $(STAMP)
+	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+	@ls -1 dist/manga_page_analysis-*.whl
 
 run-worker: $(STAMP)
 	$(PY) -m manga_page_analysis run-worker
