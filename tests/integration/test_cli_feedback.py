@@ -54,7 +54,7 @@ def test_migrate_says_which_revision_the_database_is_at(empty_database_url, tmp_
     env = _env(empty_database_url)
     first = _cli("migrate", env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
-    assert f"database migrated from revision (empty) to {head} (head)" in first.stdout
+    assert f"database migrated from an empty database to revision {head} (head)" in first.stdout
     again = _cli("migrate", env=env, cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert f"database at revision {head} (head): nothing to do" in again.stdout
