@@ -71,7 +71,7 @@ def main() -> None:
         # Like `make run-worker`, the embedded dev database is migrated on start.
         from manga_page_analysis.migrations import upgrade_head
 
-        upgrade_head(engine.url.render_as_string(hide_password=False))
+        upgrade_head(engine.url.render_as_string(hide_password=False), settings.database_schema)
     token = os.environ.get("ADMIN_TOKEN") or secrets.token_urlsafe(18)
     if "ADMIN_TOKEN" not in os.environ:
         print(f"ADMIN_TOKEN not set; this run's admin token is: {token}")
