@@ -30,9 +30,11 @@ test: $(STAMP)
 test-unit: $(STAMP)
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
-# Builds the wheel, installs it with its dependencies into a fresh virtualenv
-# outside the checkout, and runs migrate, a Flask host and Django's
-# page_analysis_migrate from there (tests/wheel/; a minute or two).
+# Builds the wheel, installs it with its dependencies into fresh virtualenvs
+# outside the checkout, and runs it there (tests/wheel/): migrate, a Flask host
+# laid out like the Mega-Tutorial and a startproject Django host, each adding
+# pages, running the worker and asking the admin, also in a schema of their own
+# and through PgBouncer. Most of its time is pip installing three virtualenvs.
 test-wheel: $(STAMP)
 	WHEEL_TEST=1 $(PY) -m pytest tests/wheel $(PYTEST_ARGS)
 
