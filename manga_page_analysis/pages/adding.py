@@ -103,7 +103,7 @@ def read_file(path: Path, max_bytes: int) -> bytes:
             fd = -1  # the stream closes it now
             return read_capped(stream, max_bytes, label=str(path))
     except ObjectTooLarge as exc:
-        raise ImageTooLarge(str(exc)) from exc
+        raise ImageTooLarge(f"page file {path} is more than the cap of {max_bytes} bytes") from exc
     finally:
         if fd >= 0:
             os.close(fd)

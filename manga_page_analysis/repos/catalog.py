@@ -95,3 +95,26 @@ def insert_page(
     if existing is None:
         raise NoSuchChapter(f"no chapter {chapter_id}")
     raise PageExists(f"chapter {chapter_id} already has page {number}", page_id=existing)
+
+
+def newest_manga_titled(conn: Conn, title: str) -> uuid.UUID | None:
+    """The most recently created manga titled `title`, if any."""
+    found: uuid.UUID | None = conn.execute(
+        select(Manga.id).where(Manga.title == title).order_by(Manga.created_at.desc()).limit(1)
+    ).scalar_one_or_none()
+    return found
+
+
+def create_manga(conn: Conn, title: str) -> uuid.UUID:
+    """A new manga titled `title`, with no host keys."""
+    created: uuid.UUID = conn.execute(
+        insert(Manga).values(title=title).returning(Manga.id)
+    ).scalar_one()
+    return created
+
+
+def has_chapter(conn: Conn, manga_id: uuid.UUID, number: Decimal) -> bool:
+    found = conn.execute(
+        select(Chapter.id).where(Chapter.manga_id == manga_id, Chapter.number == number)
+    ).first()
+    return found is not None
