@@ -3,6 +3,7 @@ analysis requested if asked, all in the caller's transaction."""
 
 from __future__ import annotations
 
+import logging
 import os
 import stat
 import uuid
@@ -15,19 +16,14 @@ from sqlalchemy import Connection
 
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
 from manga_page_analysis.db import Conn
-from manga_page_analysis.errors import (
-    ImageTooLarge,
-    NoSuchChapter,
-    NotAnImage,
-    ObjectTooLarge,
-    PageExists,
-    PageRefused,
-)
+from manga_page_analysis.errors import ImageTooLarge, NotAnImage, ObjectTooLarge, PageRefused
 from manga_page_analysis.pages.cleanup import delete_on_rollback
 from manga_page_analysis.pages.images import check_image
 from manga_page_analysis.queue.requests import request_analysis
 from manga_page_analysis.repos.catalog import insert_page
 from manga_page_analysis.storage import Storage, read_capped
+
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX: Final = "pages"
 """Objects `add_page` stores are named `pages/<chapter id>/<page id>.<extension>`."""
@@ -90,6 +86,11 @@ def page_image(
     return PageImage(bytes(data), checked.content_type, checked.extension, None)
 
 
+def check_page_number(number: int) -> None:
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise ValueError(f"a page number is an int, not {number!r}")
+
+
 def read_file(path: Path, max_bytes: int) -> bytes:
     """The bytes of the regular file at `path`, at most `max_bytes` of them
     (`ImageTooLarge` past that; `NotAnImage` for a folder, a FIFO, a device)."""
@@ -123,6 +124,7 @@ def add_page(
     analyze: bool = False,
 ) -> AddedPage:
     """Add page `number` to the chapter; see docs/api.md, "Adding pages"."""
+    check_page_number(number)
     image = page_image(
         data=data,
         file=file,
@@ -133,7 +135,10 @@ def add_page(
     connection = conn if isinstance(conn, Connection) else conn.connection()
 
     def on_rollback(key: str, page_id: uuid.UUID) -> None:
-        delete_on_rollback(connection, storage, key, page_id)
+        # In autocommit each statement commits alone: the row is there for good
+        # once its insert returned, and no later rollback may take its object.
+        if not getattr(connection.connection.dbapi_connection, "autocommit", False):
+            delete_on_rollback(connection, storage, key, page_id)
 
     return insert_checked_page(
         conn, storage, chapter_id, image, number=number, analyze=analyze, on_rollback=on_rollback
@@ -169,9 +174,14 @@ def insert_checked_page(
             storage_key=key,
             content_type=image.content_type,
         )
-    except (NoSuchChapter, PageExists):
+    except Exception:
+        # Refused (no such chapter, page exists) or failed: no row names the
+        # object. A rollback to come would delete it too; this is sooner.
         if image.data is not None:
-            storage.delete(key)
+            try:
+                storage.delete(key)
+            except Exception:
+                logger.warning("could not delete stored object %r", key, exc_info=True)
         raise
     job_id = request_analysis(conn, page_id) if analyze else None
     return AddedPage(page_id, job_id, key, image.content_type)

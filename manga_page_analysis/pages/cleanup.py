@@ -12,8 +12,9 @@ transactions run on one too, savepoints included):
   *suspect*; just before the transaction commits, one select finds which of
   their rows are gone, and those objects are deleted.
 
-A process killed between the write and the commit still leaves its object
-behind (no row names it): see docs/api.md, "Adding pages".
+A process killed between the write and the commit, or a COMMIT that fails
+itself (no rollback event follows it), still leaves its object behind (no
+row names it): see docs/api.md, "Adding pages".
 """
 
 from __future__ import annotations

@@ -331,3 +331,18 @@ def test_on_a_session_a_rolled_back_savepoint_deletes_only_its_own(engine, stora
         session.commit()
     assert _stored(storage) == [outer.storage_key] and _pages(engine) == 1
     assert count(engine, "SELECT count(*) FROM crawler_jobs") == 1
+
+
+def test_in_autocommit_each_page_is_kept_once_inserted(engine, storage, chapter_id):
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        added = _add(conn, storage, chapter_id, 1)
+        with pytest.raises(PageExists):
+            _add(conn, storage, chapter_id, 1)
+    assert _stored(storage) == [added.storage_key] and _pages(engine) == 1
+
+
+@pytest.mark.parametrize("number", [True, 1.5, "1"])
+def test_a_page_number_is_an_int(engine, storage, chapter_id, number):
+    with engine.begin() as conn, pytest.raises(ValueError, match="page number"):
+        add_page(conn, storage, chapter_id, number=number, data=png_bytes())
+    assert _stored(storage) == []

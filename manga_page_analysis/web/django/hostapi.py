@@ -25,7 +25,12 @@ from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES, Settings
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.pages import ensure_chapter as ensure_chapter_on
 from manga_page_analysis.pages import ensure_manga as ensure_manga_on
-from manga_page_analysis.pages.adding import AddedPage, insert_checked_page, page_image
+from manga_page_analysis.pages.adding import (
+    AddedPage,
+    check_page_number,
+    insert_checked_page,
+    page_image,
+)
 from manga_page_analysis.queue import request_analysis as request_analysis_on
 from manga_page_analysis.storage import Storage, open_storage
 
@@ -119,6 +124,7 @@ def add_page(
     statement runs; a rollback of the block (or of a savepoint around the
     call) deletes the object it stored."""
     chapter_id = uuid.UUID(str(chapter_id))
+    check_page_number(number)
     image = page_image(
         data=data,
         file=file,
