@@ -28,13 +28,17 @@ _RACE_RETRIES: Final = 3
 # when every page asked for exists, so an unknown id queues nothing and costs
 # no round trip of its own. Rows come back for the unknown pages (`known` false)
 # and for the inserted jobs; a known page with neither was skipped by dedup.
+# One probe of the primary key per page (LATERAL ... LIMIT 1): an EXISTS here
+# is planned as a hashed subplan, a scan of every page on each call.
 # The pages are not locked: one deleted meanwhile gets a job that finds no page
 # and ends `done`, as when a page goes after its job was queued.
 _ENQUEUE_KNOWN: Final = """
     WITH v AS MATERIALIZED (
-        SELECT gen_random_uuid() AS id, payload, n,
-               EXISTS (SELECT FROM pages WHERE pages.id = (payload ->> 'page_id')::uuid) AS known
+        SELECT gen_random_uuid() AS id, payload, n, page.id IS NOT NULL AS known
         FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
+        LEFT JOIN LATERAL (
+            SELECT pages.id FROM pages WHERE pages.id = (v.payload ->> 'page_id')::uuid LIMIT 1
+        ) AS page ON true
     ), inserted AS (
         INSERT INTO crawler_jobs (id, payload)
         SELECT id, payload FROM v WHERE NOT EXISTS (SELECT FROM v WHERE NOT known) ORDER BY n
