@@ -1,6 +1,7 @@
 """One exception base class for the service; adapters translate driver errors into these."""
 
 import re
+import uuid
 
 _OBJECT_REPR = re.compile(r" ?<[\w.]+ object at 0x[0-9a-fA-F]+>")
 _CUT = " …[truncated]"
@@ -113,3 +114,52 @@ class NotFound(AdminError):
 class Conflict(AdminError):
     status = 409
     code = "conflict"
+
+
+class NoSuchPage(ServiceError, LookupError):
+    """A request for analysis named ids that are no page; nothing was queued.
+    `page_ids` are the unknown ones, in the order asked."""
+
+    retryable = False
+
+    def __init__(self, page_ids: list[uuid.UUID]) -> None:
+        self.page_ids = page_ids
+        shown = ", ".join(str(page_id) for page_id in page_ids[:5])
+        more = f" and {len(page_ids) - 5} more" if len(page_ids) > 5 else ""
+        super().__init__(f"no such page: {shown}{more}")
+
+
+class NoSuchManga(ServiceError, LookupError):
+    """A chapter was asked for in a manga id that is no manga."""
+
+    retryable = False
+
+
+class NoSuchChapter(ServiceError, LookupError):
+    """A page was added to a chapter id that is no chapter."""
+
+    retryable = False
+
+
+class PageExists(ServiceError):
+    """The chapter already has a page of that number; `page_id` is that page."""
+
+    retryable = False
+
+    def __init__(self, message: str, *, page_id: uuid.UUID) -> None:
+        super().__init__(message)
+        self.page_id = page_id
+
+
+class PageRefused(ServiceError, ValueError):
+    """Data given as a page that cannot be one: nothing was stored."""
+
+    retryable = False
+
+
+class NotAnImage(PageRefused):
+    """The page's data does not decode as an image."""
+
+
+class ImageTooLarge(PageRefused):
+    """The page's data is larger than the byte cap, or declares more pixels than allowed."""

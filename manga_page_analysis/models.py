@@ -149,6 +149,15 @@ class Manga(Base):
     id: Mapped[uuid.UUID] = _uuid_pk()
     title: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = _timestamp()
+    # The host's own name for the manga (its source and its key there), by which
+    # `pages.ensure_manga` finds it; both NULL for mangas made otherwise.
+    source_id: Mapped[str | None] = mapped_column(Text)
+    source_key: Mapped[str | None] = mapped_column(Text)
+
+    __table_args__ = (
+        UniqueConstraint("source_id", "source_key"),
+        CheckConstraint("(source_id IS NULL) = (source_key IS NULL)", name="source_keys"),
+    )
 
 
 class Chapter(Base):
@@ -162,6 +171,8 @@ class Chapter(Base):
     number: Mapped[Decimal] = mapped_column(Numeric, nullable=False)
     title: Mapped[str] = mapped_column(Text, nullable=False, server_default="")
     created_at: Mapped[datetime] = _timestamp()
+
+    __table_args__ = (UniqueConstraint("manga_id", "number"),)
 
 
 class Page(Base):

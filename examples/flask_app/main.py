@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import make_engine
-from manga_page_analysis.queue import request_analysis
+from manga_page_analysis.queue import NoSuchPage, request_analysis
 from manga_page_analysis.web.flask import admin_blueprint
 
 ADMIN_MOUNT = "/admin/analysis"
@@ -49,8 +49,11 @@ def create_app(engine: Engine, *, token: str) -> Flask:
             parsed = uuid.UUID(page_id)
         except ValueError:
             return jsonify(error={"code": "bad_request", "message": "not a page id"}), 400
-        with Session(engine) as session, session.begin():
-            job_id = request_analysis(session, parsed, force=True)
+        try:
+            with Session(engine) as session, session.begin():
+                job_id = request_analysis(session, parsed, force=True)
+        except NoSuchPage:
+            return jsonify(error={"code": "not_found", "message": "no such page"}), 404
         return jsonify(job_id=str(job_id) if job_id else None), 202
 
     return flask_app

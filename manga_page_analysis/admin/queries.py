@@ -19,8 +19,8 @@ from sqlalchemy import ColumnElement, Table, select, tuple_
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.admin.retry import check_kind
 from manga_page_analysis.db import Conn
-from manga_page_analysis.errors import BadRequest, Conflict, NotFound
-from manga_page_analysis.models import JOB_STATES, Page, PageAnalysis
+from manga_page_analysis.errors import BadRequest, Conflict, NoSuchPage, NotFound
+from manga_page_analysis.models import JOB_STATES, PageAnalysis
 from manga_page_analysis.queue.requests import request_analysis
 from manga_page_analysis.queue.table import KIND, jobs, payload_field
 
@@ -193,10 +193,10 @@ def request_page_analysis(conn: Conn, page_id: uuid.UUID, *, force: bool = False
     page is the answer (and is forced, with `force`). `NotFound` when no such
     page exists.
     """
-    exists = conn.execute(select(Page.id).where(Page.id == page_id)).first()
-    if exists is None:
-        raise NotFound(f"no page {page_id}")
-    job_id = request_analysis(conn, page_id, force=force)
+    try:
+        job_id = request_analysis(conn, page_id, force=force)
+    except NoSuchPage:
+        raise NotFound(f"no page {page_id}") from None
     if job_id is None:
         # request_analysis lost its insert/look-up race three times in a row.
         raise Conflict(f"could not enqueue analysis of page {page_id}; try again")

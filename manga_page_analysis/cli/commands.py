@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn, TextIO
 
 from pydantic import ValidationError
 from sqlalchemy.engine import make_url
@@ -32,6 +32,9 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.db import database_url, make_engine
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.observability.logs import configure_logging
+
+if TYPE_CHECKING:
+    from manga_page_analysis.cli.importer import SkippedFile
 
 logger = logging.getLogger("manga_page_analysis.cli")
 
@@ -215,20 +218,27 @@ def could_be_the_pooler(error: BaseException) -> bool:
 
 
 def import_pages_command(settings: Settings, args: argparse.Namespace) -> int:
-    """Import `args.folder` as a chapter; print what was created (ids people look for)."""
-    from manga_page_analysis.cli.importer import import_folder
+    """Import `args.folder` as a chapter; print what was created (ids people look for)
+    and what was skipped, and why."""
+    from manga_page_analysis.cli.importer import NoPages, import_folder
+    from manga_page_analysis.storage import open_storage
 
     engine = make_engine(database_url(settings), schema=settings.database_schema)
     try:
         result = import_folder(
             engine,
-            settings.storage_root,
+            open_storage(settings),
             args.folder,
             title=args.title,
             chapter=args.chapter,
             new_manga=args.new_manga,
+            max_bytes=settings.max_image_bytes,
         )
-    except (OSError, ValueError) as exc:
+    except NoPages as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        _print_skipped(exc.skipped, file=sys.stderr)
+        return EXIT_FAILED
+    except (OSError, ValueError, ServiceError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:
@@ -243,7 +253,15 @@ def import_pages_command(settings: Settings, args: argparse.Namespace) -> int:
     )
     for page in result.pages:
         print(f"  page {page.number:>3}  {page.page_id}  {page.file}")
+    _print_skipped(result.skipped, file=sys.stdout)
     return 0
+
+
+def _print_skipped(skipped: Sequence[SkippedFile], *, file: TextIO) -> None:
+    if skipped:
+        print(f"skipped {len(skipped)} file(s):", file=file)
+    for entry in skipped:
+        print(f"  {entry.file}: {entry.reason}", file=file)
 
 
 def demo_command(settings: Settings, timeout: float) -> int:

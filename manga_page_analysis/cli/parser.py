@@ -62,6 +62,12 @@ def chapter_number(value: str) -> Decimal:
     return number
 
 
+def title_arg(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("a manga needs a title: give a non-empty --title")
+    return value
+
+
 def uuid_arg(what: str) -> Callable[[str], uuid.UUID]:
     def parse(value: str) -> uuid.UUID:
         try:
@@ -148,13 +154,15 @@ def build_parser() -> UsageParser:
         "import-pages",
         help="import a folder of page images as a chapter and request their analysis",
         description="Copy the images of FOLDER (sorted by name: .png, .jpg, .webp, ...) into "
-        "STORAGE_ROOT as pages 1..n of a chapter, create the rows, request analysis of each "
-        "page, and print the page ids. The chapter goes into the manga with that title "
-        "(created if there is none); if that manga already has that chapter, nothing is "
-        "imported unless --new-manga is given.",
+        "the page store (STORAGE_ROOT) as pages 1..n of a chapter, create the rows, request "
+        "analysis of each page, and print the page ids. Files that are not page images "
+        "(other names, undecodable, larger than MAX_IMAGE_BYTES, symbolic links out of "
+        "FOLDER) are skipped and listed with the reason. The chapter goes into the manga "
+        "with that title (created if there is none); if that manga already has that "
+        "chapter, nothing is imported unless --new-manga is given.",
     )
     importer.add_argument("folder", type=Path, metavar="FOLDER", help="folder of page images")
-    importer.add_argument("--title", required=True, help="the manga's title")
+    importer.add_argument("--title", required=True, type=title_arg, help="the manga's title")
     importer.add_argument(
         "--chapter",
         type=chapter_number,

@@ -1,6 +1,7 @@
 """The durable job queue on Postgres: payloads, enqueueing, leasing, every state
 change of a job, backoff, analysis requests and queue stats."""
 
+from manga_page_analysis.errors import NoSuchPage
 from manga_page_analysis.queue.backoff import apply_jitter, backoff_base
 from manga_page_analysis.queue.enqueueing import enqueue, enqueue_many
 from manga_page_analysis.queue.leasing import lease, lease_kinds
@@ -49,6 +50,7 @@ __all__ = [
     "AnalyzePage",
     "JobPayload",
     "Lease",
+    "NoSuchPage",
     "Reclaim",
     "Requested",
     "SyncChapterContent",

@@ -1,5 +1,6 @@
-"""Asking for pages to be analysed (`analyze_page` jobs), many at once or one;
-the queue knows a page only as a payload's `page_id`. Nothing here commits."""
+"""Asking for pages to be analysed (`analyze_page` jobs), many at once or one.
+The queue knows a page as a payload's `page_id`, and here only as a row that
+must exist in `pages` for its job to be queued. Nothing here commits."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from manga_page_analysis.db import Conn
-from manga_page_analysis.queue.enqueueing import enqueue_many
+from manga_page_analysis.errors import NoSuchPage
 from manga_page_analysis.queue.payloads import AnalyzePage
 from manga_page_analysis.queue.states import release_unowned_many
 from manga_page_analysis.queue.table import run
@@ -22,6 +23,30 @@ BATCH_SIZE: Final = 1000
 
 _RACE_RETRIES: Final = 3
 """An in-flight job can finish between our insert and our look-up; try again."""
+
+# `enqueue_many`'s statement with the page check in it: a job is inserted only
+# when every page asked for exists, so an unknown id queues nothing and costs
+# no round trip of its own. Rows come back for the unknown pages (`known` false)
+# and for the inserted jobs; a known page with neither was skipped by dedup.
+# One probe of the primary key per page (LATERAL ... LIMIT 1): an EXISTS here
+# is planned as a hashed subplan, a scan of every page on each call.
+# The pages are not locked: one deleted meanwhile gets a job that finds no page
+# and ends `done`, as when a page goes after its job was queued.
+_ENQUEUE_KNOWN: Final = """
+    WITH v AS MATERIALIZED (
+        SELECT gen_random_uuid() AS id, payload, n, page.id IS NOT NULL AS known
+        FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
+        LEFT JOIN LATERAL (
+            SELECT pages.id FROM pages WHERE pages.id = (v.payload ->> 'page_id')::uuid LIMIT 1
+        ) AS page ON true
+    ), inserted AS (
+        INSERT INTO crawler_jobs (id, payload)
+        SELECT id, payload FROM v WHERE NOT EXISTS (SELECT FROM v WHERE NOT known) ORDER BY n
+        ON CONFLICT DO NOTHING RETURNING id
+    )
+    SELECT v.n, v.known, inserted.id FROM v LEFT JOIN inserted ON inserted.id = v.id
+    WHERE inserted.id IS NOT NULL OR NOT v.known
+"""
 
 # One probe of the in-flight index per page (LATERAL ... LIMIT 1 keeps the
 # planner from hashing the whole in-flight set). Nothing is locked here: a
@@ -69,7 +94,8 @@ def request_analysis_many(
     job's id is its answer. With `force`, that job's payload gets
     `force: true`, and a running one is released (attempt refunded) so it
     restarts with the new payload; the old holder's result is then fenced
-    off. The pages are not checked to exist.
+    off. `NoSuchPage` (naming them) when some ids are no page: then nothing
+    is queued or forced, and the transaction stays usable.
     """
     job_of: dict[uuid.UUID, uuid.UUID] = {}
     enqueued = in_flight = 0
@@ -77,7 +103,7 @@ def request_analysis_many(
     for _ in range(_RACE_RETRIES):
         if not todo:
             break
-        job_ids = enqueue_many(conn, [AnalyzePage(page_id=page, force=force) for page in todo])
+        job_ids = _enqueue_known(conn, todo, force=force)
         new = {page: job for page, job in zip(todo, job_ids, strict=True) if job is not None}
         job_of.update(new)
         enqueued += len(new)
@@ -94,6 +120,20 @@ def request_analysis_many(
 def request_analysis(conn: Conn, page_id: uuid.UUID, force: bool = False) -> uuid.UUID | None:
     """`request_analysis_many` for one page: the id of the job that will analyse it."""
     return request_analysis_many(conn, [page_id], force=force).job_ids[0]
+
+
+def _enqueue_known(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> list[uuid.UUID | None]:
+    """Per page, in order, its new job's id or `None` (dedup skipped it);
+    `NoSuchPage` instead, having inserted nothing, when some are no page."""
+    payloads = (AnalyzePage(page_id=page_id, force=force).model_dump_json() for page_id in page_ids)
+    rows = run(conn, _ENQUEUE_KNOWN, {"payloads": "[" + ",".join(payloads) + "]"}).all()
+    unknown = sorted(ordinal for ordinal, known, _ in rows if not known)
+    if unknown:
+        raise NoSuchPage([page_ids[ordinal - 1] for ordinal in unknown])
+    job_ids: list[uuid.UUID | None] = [None] * len(page_ids)
+    for ordinal, _, job_id in rows:
+        job_ids[ordinal - 1] = job_id
+    return job_ids
 
 
 def _in_flight(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> dict[uuid.UUID, uuid.UUID]:

@@ -1,5 +1,6 @@
 """What the commands tell a person: `migrate` names the revision, `import-pages`
-prints the ids it created (or JSON) and refuses a chapter the manga already has,
+prints the ids it created (or JSON), lists what it skipped and why, and refuses a
+chapter the manga already has or an empty title,
 an interrupted command says so in one line, and `demo` says why nothing is
 being analysed when the model server is down."""
 
@@ -113,6 +114,78 @@ def test_import_pages_prints_the_ids_and_refuses_a_chapter_already_there(
     assert "into new manga" in copy.stdout
     with engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM mangas")).scalar_one() == 2
+
+
+def test_import_pages_lists_what_it_skipped_and_never_follows_a_link_out(
+    database_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    folder = _chapter_folder(tmp_path)
+    outside = tmp_path / "secret.txt"
+    outside.write_text("root:x:0:0")
+    (folder / "003.png").symlink_to(outside)  # a.png -> /etc/passwd
+    (folder / "004.png").write_text("not a picture")
+    (folder / "005.jpg").write_bytes(png_bytes(size=(600, 600), fmt="JPEG") + b"\0" * 4096)
+    (folder / "notes.txt").write_text("credits")
+    (folder / "006.png").symlink_to(folder / "001.png")  # inside the folder: a page
+    storage = tmp_path / "storage"
+    env = _env(database_url, STORAGE_ROOT=str(storage), MAX_IMAGE_BYTES="4096")
+    result = _cli("import-pages", str(folder), "--title", "Blame!", env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "imported 3 page(s)" in result.stdout
+    skipped = result.stdout.split("skipped 4 file(s):\n")[1].splitlines()
+    assert [line.split(":")[0].strip() for line in skipped] == [
+        "003.png",
+        "004.png",
+        "005.jpg",
+        "notes.txt",
+    ]
+    assert "symbolic link out of the folder" in skipped[0]
+    assert "not an image" in skipped[1]
+    assert "cap of 4096 bytes" in skipped[2]
+    assert "not a page image name" in skipped[3]
+    with engine.connect() as conn:
+        keys = conn.execute(text("SELECT storage_key FROM pages ORDER BY number")).scalars().all()
+    stored = sorted(path for path in storage.rglob("*") if path.is_file())
+    assert len(keys) == 3 and len(stored) == 3
+    assert all(b"root:x" not in path.read_bytes() for path in stored)
+
+    as_json = _cli(
+        "import-pages", str(folder), "--title", "Blame!", "--chapter", "2", "--json",
+        env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert as_json.returncode == 0, as_json.stderr
+    body = json.loads(as_json.stdout)
+    assert [entry["file"] for entry in body["skipped"]] == [
+        "003.png",
+        "004.png",
+        "005.jpg",
+        "notes.txt",
+    ]
+
+
+def test_import_pages_with_nothing_to_import_says_why_each_file_was_skipped(
+    database_url: str, engine: Engine, tmp_path: Path
+) -> None:
+    folder = tmp_path / "chapter"
+    folder.mkdir()
+    (folder / "cover.png").write_text("not a picture")
+    result = _cli("import-pages", str(folder), "--title", "T", env=_env(database_url), cwd=tmp_path)
+    assert result.returncode == 1
+    assert (
+        "no page images" in result.stderr
+        and "cover.png: page data is not an image" in result.stderr
+    )
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM mangas")).scalar_one() == 0
+
+
+@pytest.mark.parametrize("title", ["", "   "])
+def test_import_pages_refuses_an_empty_title_as_bad_usage(tmp_path: Path, title: str) -> None:
+    folder = _chapter_folder(tmp_path)
+    env = _env("postgresql://nobody@127.0.0.1:1/none")
+    result = _cli("import-pages", str(folder), "--title", title, env=env, cwd=tmp_path)
+    assert result.returncode == 2
+    assert "non-empty --title" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_short_command_interrupted_by_sigterm_says_so_without_a_traceback(

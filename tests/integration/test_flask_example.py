@@ -65,6 +65,10 @@ def test_example_route_enqueues_in_the_host_transaction(client, engine: Engine) 
         == 1
     )
 
+    unknown = client.post(f"/pages/{uuid.uuid4()}/reanalyse")
+    assert unknown.status_code == 404
+    assert count(engine, "SELECT count(*) FROM crawler_jobs") == 1
+
     bad = client.post("/pages/not-a-uuid/reanalyse")
     assert bad.status_code == 400
     assert bad.get_json()["error"]["code"] == "bad_request"

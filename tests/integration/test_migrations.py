@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from alembic.script import ScriptDirectory
 from sqlalchemy import create_engine, inspect, text
 
@@ -78,5 +79,39 @@ def test_alembic_upgrade_head_from_the_checkout_uses_the_top_level_alembic_ini(
     engine = create_engine(empty_database_url)
     try:
         assert current_revision(engine) == head_revision() is not None
+    finally:
+        engine.dispose()
+
+
+def test_host_keys_upgrade_keeps_old_mangas_and_names_duplicate_chapters(empty_database_url):
+    """0006 adds the host's keys (NULL on existing mangas) and one chapter per
+    number; a database with two chapters of one number is told which, not
+    handed the unique index's error."""
+    config = alembic_config(empty_database_url)
+    engine = create_engine(empty_database_url)
+    try:
+        command.upgrade(config, "0005")
+        with engine.begin() as conn:
+            manga_id = conn.execute(
+                text("INSERT INTO mangas (title) VALUES ('Old') RETURNING id")
+            ).scalar_one()
+            conn.execute(
+                text("INSERT INTO chapters (manga_id, number) VALUES (:m, 3), (:m, 3.0)"),
+                {"m": manga_id},
+            )
+        with pytest.raises(RuntimeError, match=f"manga {manga_id} chapter 3"):
+            command.upgrade(config, "head")
+        assert current_revision(engine) == "0005"
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE chapters SET number = 4 WHERE number = 3.0 AND ctid = "
+                    "(SELECT max(ctid) FROM chapters)"
+                )
+            )
+        command.upgrade(config, "head")
+        with engine.connect() as conn:
+            keys = conn.execute(text("SELECT source_id, source_key FROM mangas")).one()
+        assert tuple(keys) == (None, None)
     finally:
         engine.dispose()

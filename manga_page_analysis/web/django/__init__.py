@@ -1,36 +1,18 @@
 """Django integration: `INSTALLED_APPS = [..., "manga_page_analysis.web.django"]`.
 
-Settings, URLs and commands: docs/embedding.md, "Django".
+Settings, URLs and commands: docs/embedding.md, "Django". `request_analysis`
+and the pages-in API (`ensure_manga`, `ensure_chapter`, `add_page`) run on
+Django's own connection, in the open `transaction.atomic()` block.
 """
 
 from __future__ import annotations
 
-import uuid
-
 from manga_page_analysis.web.django.conf import database_from_url
+from manga_page_analysis.web.django.hostapi import (
+    add_page,
+    ensure_chapter,
+    ensure_manga,
+    request_analysis,
+)
 
-__all__ = ["database_from_url", "request_analysis"]
-
-
-def request_analysis(
-    page_id: uuid.UUID | str, *, force: bool = False, using: str = "default"
-) -> uuid.UUID | None:
-    """`manga_page_analysis.queue.request_analysis` on Django's connection `using`: the id of
-    the job that will analyse the page.
-
-    It joins the open `transaction.atomic(using=...)` block (no savepoint: the
-    enqueue raises nothing on a duplicate), so a rollback leaves no job; no
-    other connection is opened. Outside any atomic block it runs in a
-    transaction of its own. `ImproperlyConfigured` unless PostgreSQL.
-    """
-    from django.db import connections, transaction
-
-    from manga_page_analysis.queue import request_analysis as queue_request_analysis
-    from manga_page_analysis.web.django.apps import page_analysis_app
-
-    page_id = uuid.UUID(str(page_id))  # a bad id raises here, outside the host's transaction
-    engine = page_analysis_app().borrowed.engine(using)
-    with transaction.atomic(using=using, savepoint=False):
-        connections[using].validate_no_broken_transaction()
-        with engine.connect() as conn:
-            return queue_request_analysis(conn, page_id, force=force)
+__all__ = ["add_page", "database_from_url", "ensure_chapter", "ensure_manga", "request_analysis"]

@@ -9,13 +9,19 @@ import uuid
 import pytest
 from sqlalchemy import Engine, text
 
-from tests.helpers import count
+from tests.helpers import count, make_page
 
 pytestmark = pytest.mark.usefixtures("django_db")
 
 
 class Rollback(Exception):
     pass
+
+
+def _page(engine: Engine, number: int = 1) -> uuid.UUID:
+    """A committed page, made on another connection than Django's."""
+    with engine.begin() as conn:
+        return make_page(conn, page_number=number)
 
 
 def _django_sees(job_id: uuid.UUID) -> int:
@@ -44,7 +50,7 @@ def test_enqueue_commits_with_the_hosts_atomic_block(django_engine: Engine) -> N
 
     from manga_page_analysis.web.django import request_analysis
 
-    page_id = uuid.uuid4()
+    page_id = _page(django_engine)
     with transaction.atomic():
         backends_before = _backends()
         with connection.cursor() as cursor:
@@ -77,7 +83,7 @@ def test_rollback_of_the_hosts_atomic_block_leaves_no_job(django_engine: Engine)
 
     from manga_page_analysis.web.django import request_analysis
 
-    page_id = uuid.uuid4()
+    page_id = _page(django_engine)
     with pytest.raises(Rollback), transaction.atomic():
         job_id = request_analysis(page_id)
         assert job_id is not None and _django_sees(job_id) == 1
@@ -91,10 +97,11 @@ def test_a_rolled_back_savepoint_takes_only_its_own_job(django_engine: Engine) -
 
     from manga_page_analysis.web.django import request_analysis
 
+    kept_page, dropped_page = _page(django_engine), _page(django_engine)
     with transaction.atomic():
-        kept = request_analysis(uuid.uuid4())
+        kept = request_analysis(kept_page)
         with pytest.raises(Rollback), transaction.atomic():
-            dropped = request_analysis(uuid.uuid4())
+            dropped = request_analysis(dropped_page)
             raise Rollback
     assert _others_see(django_engine, kept) == 1
     assert _others_see(django_engine, dropped) == 0
@@ -103,7 +110,7 @@ def test_a_rolled_back_savepoint_takes_only_its_own_job(django_engine: Engine) -
 def test_outside_atomic_it_commits_on_its_own(django_engine: Engine) -> None:
     from manga_page_analysis.web.django import request_analysis
 
-    job_id = request_analysis(str(uuid.uuid4()))
+    job_id = request_analysis(str(_page(django_engine)))
     assert job_id is not None and _others_see(django_engine, job_id) == 1
 
 
@@ -116,7 +123,7 @@ def test_force_reads_the_existing_jobs_payload_through_djangos_connection(
 
     from manga_page_analysis.web.django import request_analysis
 
-    page_id = uuid.uuid4()
+    page_id = _page(django_engine)
     with transaction.atomic():
         job_id = request_analysis(page_id)
         assert request_analysis(page_id) == job_id
@@ -139,9 +146,10 @@ def test_an_atomic_block_stays_usable_after_enqueueing(django_engine: Engine) ->
 
     from manga_page_analysis.web.django import request_analysis
 
+    page_id = _page(django_engine)
     with pytest.raises(Rollback), transaction.atomic():
         User.objects.create(username="before")
-        request_analysis(uuid.uuid4())
+        request_analysis(page_id)
         User.objects.create(username="after")
         assert User.objects.count() == 2
         raise Rollback
@@ -171,6 +179,7 @@ def test_a_failed_enqueue_dooms_the_hosts_atomic_block(django_engine: Engine) ->
 
     from manga_page_analysis.web.django import request_analysis
 
+    page_id = _page(django_engine)
     with django_engine.connect() as locker:
         locker.execute(text("LOCK TABLE crawler_jobs IN ACCESS EXCLUSIVE MODE"))
         with pytest.raises(OperationalError), transaction.atomic():
@@ -178,10 +187,35 @@ def test_a_failed_enqueue_dooms_the_hosts_atomic_block(django_engine: Engine) ->
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL lock_timeout = '50ms'")
             try:
-                request_analysis(uuid.uuid4())
+                request_analysis(page_id)
             finally:
                 with pytest.raises((TransactionManagementError, DatabaseError)):
                     User.objects.count()
         locker.rollback()
     assert User.objects.count() == 0
     assert count(django_engine, "SELECT count(*) FROM crawler_jobs") == 0
+
+
+def test_an_id_that_is_no_page_is_refused_and_the_block_stays_usable(
+    django_engine: Engine,
+) -> None:
+    from django.contrib.auth.models import User
+    from django.db import transaction
+
+    from manga_page_analysis.queue import NoSuchPage
+    from manga_page_analysis.web.django import request_analysis
+
+    page_id = _page(django_engine)
+    unknown = uuid.uuid4()
+    with transaction.atomic():
+        User.objects.create(username="host-write")
+        with pytest.raises(NoSuchPage, match=str(unknown)):
+            request_analysis(unknown)
+        job_id = request_analysis(page_id)
+        User.objects.create(username="after")
+    assert User.objects.count() == 2
+    assert _others_see(django_engine, job_id) == 1
+    assert count(django_engine, "SELECT count(*) FROM crawler_jobs") == 1
+    with pytest.raises(NoSuchPage):  # outside atomic() too
+        request_analysis(unknown)
+    assert count(django_engine, "SELECT count(*) FROM crawler_jobs") == 1

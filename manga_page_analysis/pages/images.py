@@ -1,0 +1,74 @@
+"""What a page's bytes are: checked by decoding them (Pillow), never by the
+file's name. The content type and the stored object's extension come from the
+decoded format."""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Final
+
+from PIL import Image
+
+from manga_page_analysis.analysis.images import DEFAULT_MAX_PIXELS, undecodable
+from manga_page_analysis.errors import ImageTooLarge, NotAnImage
+
+_CONTENT_TYPES: Final = {
+    "PNG": ("image/png", "png"),
+    "JPEG": ("image/jpeg", "jpg"),
+    # A camera JPEG with extra frames: its bytes are a JPEG.
+    "MPO": ("image/jpeg", "jpg"),
+    "WEBP": ("image/webp", "webp"),
+    "GIF": ("image/gif", "gif"),
+    "BMP": ("image/bmp", "bmp"),
+    "TIFF": ("image/tiff", "tif"),
+}
+"""Content type and extension per Pillow format; other formats Pillow reads
+get its `Image.MIME` type (or `application/octet-stream`) and their format's
+name as extension."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckedImage:
+    content_type: str
+    extension: str
+    width: int
+    height: int
+
+
+def check_image(
+    data: bytes, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> CheckedImage:
+    """`data` decoded to prove it is an image: `ImageTooLarge` past `max_bytes`
+    or past `max_pixels` (or Pillow's `Image.MAX_IMAGE_PIXELS`, when lower;
+    checked from the header, before decoding), `NotAnImage` when Pillow cannot
+    decode it."""
+    if len(data) > max_bytes:
+        raise ImageTooLarge(
+            f"page image is {len(data)} bytes, more than the cap of {max_bytes} bytes"
+        )
+    if not data:
+        raise NotAnImage("page image is empty (0 bytes)")
+    source_format: str | None = None
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            source_format = image.format or "unknown"
+            width, height = image.size
+            pillow_limit = Image.MAX_IMAGE_PIXELS
+            limit = max_pixels if pillow_limit is None else min(max_pixels, pillow_limit)
+            if width * height > limit:
+                raise ImageTooLarge(
+                    f"page image is {width}x{height}, {width * height} pixels; the limit is {limit}"
+                )
+            image.load()
+    except ImageTooLarge:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageTooLarge(f"page image refused as a decompression bomb: {exc}") from exc
+    except Exception as exc:
+        raise NotAnImage(f"page data is not an image: {undecodable(exc, source_format)}") from exc
+    content_type, extension = _CONTENT_TYPES.get(
+        source_format,
+        (Image.MIME.get(source_format, "application/octet-stream"), source_format.lower()),
+    )
+    return CheckedImage(content_type, extension, width, height)

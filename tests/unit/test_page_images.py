@@ -1,0 +1,38 @@
+"""What `add_page` takes as an image: decoded, typed by its format, capped."""
+
+from __future__ import annotations
+
+import pytest
+
+from manga_page_analysis.errors import ImageTooLarge, NotAnImage
+from manga_page_analysis.pages.images import check_image
+from tests.worker_support import png_bytes
+
+
+@pytest.mark.parametrize(
+    ("fmt", "content_type", "extension"),
+    [
+        ("PNG", "image/png", "png"),
+        ("JPEG", "image/jpeg", "jpg"),
+        ("WEBP", "image/webp", "webp"),
+        ("GIF", "image/gif", "gif"),
+        ("BMP", "image/bmp", "bmp"),
+        ("TIFF", "image/tiff", "tif"),
+    ],
+)
+def test_the_content_type_comes_from_the_decoded_format(fmt, content_type, extension):
+    checked = check_image(png_bytes(size=(30, 40), fmt=fmt), max_bytes=10**6)
+    assert (checked.content_type, checked.extension) == (content_type, extension)
+    assert (checked.width, checked.height) == (30, 40)
+
+
+def test_pixels_past_the_limit_are_refused_before_decoding():
+    data = png_bytes(size=(100, 100))
+    assert check_image(data, max_bytes=10**6, max_pixels=10_000).width == 100
+    with pytest.raises(ImageTooLarge, match="10000 pixels; the limit is 9999"):
+        check_image(data, max_bytes=10**6, max_pixels=9_999)
+
+
+def test_a_text_file_named_like_an_image_is_not_one():
+    with pytest.raises(NotAnImage, match="not an image Pillow can read"):
+        check_image(b"hello, world\n" * 10, max_bytes=10**6)
