@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from manga_page_analysis.db import connect_kwargs
-from manga_page_analysis.queue import WAKEUP_CHANNEL, Lease, lease_kinds
+from manga_page_analysis.queue import WAKEUP_CHANNEL, WAKEUP_KIND_CHARS, Lease, lease_kinds
 from manga_page_analysis.worker.dbsession import (
     DatabaseUnavailable,
     DbSession,
@@ -210,7 +210,8 @@ class WakeupListener(ThreadService):
     ) -> None:
         super().__init__(name)
         self._connect_kwargs = connect_kwargs(listen_url or engine)
-        self._kinds = frozenset(kinds)
+        # Compared as the trigger sends them: cut to the first WAKEUP_KIND_CHARS.
+        self._kinds = frozenset(kind[:WAKEUP_KIND_CHARS] for kind in kinds)
         self._on_wake = on_wake
         self._outage = outage
         self.connections = 0
