@@ -197,7 +197,7 @@ def test_jobs_retry_all_dead_by_kind_skips_pages_already_in_flight(env, engine, 
         retried = [
             analyze_job(conn, page, state="dead", attempts=5, last_error="x") for page in pages[:2]
         ]
-        analyze_job(conn, pages[2], state="dead", attempts=5)
+        left = analyze_job(conn, pages[2], state="dead", attempts=5)
         analyze_job(conn, pages[2])  # the page's slot is taken: its dead job stays dead
         crawl = insert_raw_job(
             conn, {"kind": "sync_manga", "source_id": "s", "source_manga_key": "k"}, state="dead"
@@ -205,7 +205,10 @@ def test_jobs_retry_all_dead_by_kind_skips_pages_already_in_flight(env, engine, 
 
     out = ok(cli(env, tmp_path, "jobs", "retry", "--all-dead", "--kind", "analyze_page"))
     assert "retried 2 dead analyze_page job(s)" in out
-    assert "left 1 dead: another job for the same page or chapter is in flight" in out
+    assert out.splitlines()[1:] == [
+        f"job {left} left dead: another job for the same page or chapter "
+        "is already pending or running"
+    ]
     with engine.connect() as conn:
         states = dict(conn.execute(text("SELECT id, state FROM crawler_jobs")).all())
     assert [states[job] for job in retried] == ["pending", "pending"]
