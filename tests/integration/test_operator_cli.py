@@ -456,7 +456,7 @@ def test_request_analysis_prints_the_job_id_and_refuses_an_unknown_page(env, eng
         (["jobs", "retry", "--all-dead", str(uuid.uuid4())], "give job ids or --all-dead"),
         (["jobs", "retry", str(uuid.uuid4()), "--kind", "x"], "--kind only goes with --all-dead"),
         (["jobs", "retry", "42"], "'42' is not a job id: give a UUID"),
-        (["jobs", "reap", "--days", "0"], "--days must be a whole number of days, at least 1"),
+        (["jobs", "reap", "--days", "0"], "--days must be a whole number of days from 1 to 36500"),
         (["analyze"], "one of the arguments --page --chapter --manga --missing is required"),
         (["analyze", "--page", "p1"], "'p1' is not a page id"),
         (["analyze", "--missing", "--manga", str(uuid.uuid4())], "not allowed with argument"),
