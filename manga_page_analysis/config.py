@@ -28,6 +28,24 @@ DEFAULT_DEV_DIR = Path(".dev")
 
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
 """Largest page image read from storage (20 MiB)."""
+MAX_IMAGE_BYTES_LIMIT = 1024 * 1024 * 1024
+"""The most `MAX_IMAGE_BYTES` may be (1 GiB)."""
+DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
+"""Largest page, in pixels, that is decoded: 40 MP (a 5,000 x 8,000 scan); its header
+is checked before a pixel is decoded, since a small file can declare a huge image."""
+MAX_IMAGE_PIXELS_LIMIT = 89_478_485
+"""The most `MAX_IMAGE_PIXELS` may be: Pillow's own decompression-bomb limit."""
+
+MAX_RETENTION_DAYS = 36_500
+"""The most days done jobs may be kept before reaping (a century); more is no retention
+Postgres can compute (`now() - interval` leaves the timestamp range)."""
+MAX_WORKERS = 64
+"""The most concurrent jobs one worker process runs (`ANALYSIS_WORKERS`)."""
+MAX_TIMEOUT_SECONDS = 86_400.0
+"""The most any timeout, grace or lease may be (a day): longer is a typo, and
+far longer overflows the clocks the threads wait on."""
+MAX_POLL_SECONDS = 3_600.0
+"""The most any polling or sampling interval may be (an hour)."""
 
 POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 """What `DATABASE_URL` may start with (`postgresql://` and `postgres://` use psycopg 3)."""
@@ -72,32 +90,46 @@ class Settings(BaseSettings):
     vision_model: str = Field(default="default", description="Model name sent in requests.")
     vision_api_key: str | None = Field(default=None, description="Bearer token, if any.")
     vision_max_tokens: int = Field(
-        default=DEFAULT_VISION_MAX_TOKENS, ge=64, description="max_tokens per answer."
+        default=DEFAULT_VISION_MAX_TOKENS, ge=64, le=1_000_000, description="max_tokens per answer."
     )
     vision_connect_timeout_seconds: float = Field(
-        default=DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS, gt=0
+        default=DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS, gt=0, le=MAX_TIMEOUT_SECONDS
     )
-    vision_read_timeout_seconds: float = Field(default=DEFAULT_VISION_READ_TIMEOUT_SECONDS, gt=0)
+    vision_read_timeout_seconds: float = Field(
+        default=DEFAULT_VISION_READ_TIMEOUT_SECONDS, gt=0, le=MAX_TIMEOUT_SECONDS
+    )
     vision_max_side_px: int = Field(
-        default=DEFAULT_MAX_SIDE_PX, ge=64, description="Long side cap for images."
+        default=DEFAULT_MAX_SIDE_PX, ge=64, le=16_384, description="Long side cap for images."
     )
 
     storage_root: Path = Field(default=DEFAULT_DEV_DIR / "storage")
-    analysis_workers: int = Field(default=2, ge=1, le=64)
-    job_timeout_seconds: float = Field(default=600.0, gt=0)
-    max_image_bytes: int = Field(default=DEFAULT_MAX_IMAGE_BYTES, gt=0)
+    analysis_workers: int = Field(default=2, ge=1, le=MAX_WORKERS)
+    job_timeout_seconds: float = Field(default=600.0, gt=0, le=MAX_TIMEOUT_SECONDS)
+    max_image_bytes: int = Field(default=DEFAULT_MAX_IMAGE_BYTES, gt=0, le=MAX_IMAGE_BYTES_LIMIT)
+    max_image_pixels: int = Field(
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        ge=1,
+        le=MAX_IMAGE_PIXELS_LIMIT,
+        description="Largest page decoded, in pixels (width x height, read from the header).",
+    )
 
-    lease_seconds: float = Field(default=60.0, gt=0, description="Lease window; renewed at 1/3.")
+    lease_seconds: float = Field(
+        default=60.0, gt=0, le=MAX_TIMEOUT_SECONDS, description="Lease window; renewed at 1/3."
+    )
     idle_poll_seconds: float = Field(
-        default=1.0, gt=0, description="Sleep when the queue is empty."
+        default=1.0, gt=0, le=MAX_POLL_SECONDS, description="Sleep when the queue is empty."
     )
     queue_listen: bool = Field(
         default=True,
         description="LISTEN for new jobs (instant pickup); off behind PgBouncer transaction mode.",
     )
-    readiness_poll_seconds: float = Field(default=2.0, gt=0, description="Re-probe interval.")
-    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
-    reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
+    readiness_poll_seconds: float = Field(
+        default=2.0, gt=0, le=MAX_POLL_SECONDS, description="Re-probe interval."
+    )
+    shutdown_grace_seconds: float = Field(default=10.0, ge=0, le=MAX_TIMEOUT_SECONDS)
+    reap_retention_days: int = Field(
+        default=7, ge=0, le=MAX_RETENTION_DAYS, description="Keep done jobs; 0 keeps all."
+    )
 
     log_format: Literal["text", "json"] = Field(
         default="text", description="`json`: one JSON object per log line (job fields included)."
@@ -109,7 +141,10 @@ class Settings(BaseSettings):
     # no auth on /metrics. Set 0.0.0.0 where Prometheus scrapes from another host.
     metrics_host: str = Field(default="127.0.0.1", description="Address /metrics listens on.")
     metrics_sample_seconds: float = Field(
-        default=15.0, gt=0, description="How often queue depth is sampled for the metrics."
+        default=15.0,
+        gt=0,
+        le=MAX_POLL_SECONDS,
+        description="How often queue depth is sampled for the metrics.",
     )
 
     @field_validator("database_url", "listen_database_url")

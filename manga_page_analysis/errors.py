@@ -59,7 +59,8 @@ class DispatchTimeout(ServiceError):
 
 
 class StorageKeyError(StorageError):
-    """A storage key that is empty, malformed, or resolves outside the storage root."""
+    """A storage key that is empty, malformed, resolves outside the storage root, or
+    names something other than a regular file (a folder, a FIFO, a device)."""
 
     retryable = False
 

@@ -113,7 +113,7 @@ class LocalStorage:
         except FileNotFoundError:
             raise ObjectNotFound(f"no object stored under key {key!r}") from None
         except IsADirectoryError:
-            raise ObjectNotFound(f"key {key!r} names a directory, not an object") from None
+            raise StorageKeyError(f"key {key!r} names a directory, not an object") from None
         except OSError as exc:
             if exc.errno == errno.ELOOP:
                 raise StorageKeyError(f"storage key {key!r} changed while opening") from None
@@ -121,8 +121,10 @@ class LocalStorage:
         try:
             mode = os.fstat(fd).st_mode
             if not stat.S_ISREG(mode):
+                # Permanent (no retry): a key naming a folder or a FIFO
+                # will not name an image later.
                 kind = "directory" if stat.S_ISDIR(mode) else "special file"
-                raise ObjectNotFound(f"key {key!r} names a {kind}, not a regular file")
+                raise StorageKeyError(f"key {key!r} names a {kind}, not a regular file")
             # Back to blocking reads: the descriptor is a regular file.
             os.set_blocking(fd, True)
             return os.fdopen(fd, "rb")

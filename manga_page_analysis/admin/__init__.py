@@ -8,7 +8,6 @@ adapters (`manga_page_analysis.web`) and the operator commands (`manga_page_anal
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.admin.queries import (
     DEFAULT_LIMIT,
-    MAX_BODY_BYTES,
     MAX_LIMIT,
     decode_cursor,
     encode_cursor,
@@ -19,7 +18,8 @@ from manga_page_analysis.admin.queries import (
     parse_uuid,
     request_page_analysis,
 )
-from manga_page_analysis.admin.retry import check_kind, retry_dead_jobs, retry_job
+from manga_page_analysis.admin.request_json import MAX_BODY_BYTES, parse_json
+from manga_page_analysis.admin.retry import RetryReport, check_kind, retry_dead_jobs, retry_job
 from manga_page_analysis.errors import AdminError, BadRequest, Conflict, NotFound
 from manga_page_analysis.queue.stats import queue_stats
 
@@ -31,6 +31,7 @@ __all__ = [
     "BadRequest",
     "Conflict",
     "NotFound",
+    "RetryReport",
     "check_kind",
     "decode_cursor",
     "encode_cursor",
@@ -38,6 +39,7 @@ __all__ = [
     "label",
     "list_jobs",
     "parse_force_body",
+    "parse_json",
     "parse_limit",
     "parse_uuid",
     "queue_stats",

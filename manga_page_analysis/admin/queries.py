@@ -14,18 +14,24 @@ import uuid
 from datetime import datetime
 from typing import Any, Final, cast
 
-from sqlalchemy import ColumnElement, Table, select, tuple_
+from sqlalchemy import ColumnElement, Table, or_, select, tuple_
 
 from manga_page_analysis.admin.labels import label, with_labels
+from manga_page_analysis.admin.request_json import parse_json
 from manga_page_analysis.admin.retry import check_kind
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import BadRequest, Conflict, NoSuchPage, NotFound
 from manga_page_analysis.models import JOB_STATES, PageAnalysis
 from manga_page_analysis.queue.requests import request_analysis
+from manga_page_analysis.queue.stats import UNKNOWN_KIND
 from manga_page_analysis.queue.table import KIND, jobs, payload_field
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
+MAX_LIMIT_DIGITS: Final = 9
+"""A `limit` string longer than this is refused unread (leading zeros are fine)."""
+MAX_CURSOR_CHARS: Final = 256
+"""A cursor this API issues is about 110 characters; a longer one is refused unread."""
 
 
 def parse_uuid(value: str, what: str = "id") -> uuid.UUID:
@@ -37,35 +43,30 @@ def parse_uuid(value: str, what: str = "id") -> uuid.UUID:
 
 
 def parse_limit(value: str | int | None) -> int:
-    """A page size in 1..500; `None` or `""` means the default, 50. Anything else: `BadRequest`."""
+    """A page size in 1..500; `None` or `""` means the default, 50. A string must be
+    plain ASCII digits (not `+5`, ` 5`, `5_0` or `٥`, which `int()` would take).
+    Anything else: `BadRequest`."""
     if value is None or value == "":
         return DEFAULT_LIMIT
-    if isinstance(value, bool):
-        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}")
-    try:
+    if isinstance(value, str):
+        if not (value.isascii() and value.isdigit() and len(value) <= MAX_LIMIT_DIGITS):
+            raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}")
         limit = int(value)
-    except (ValueError, TypeError):
-        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}") from None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        limit = value
+    else:
+        raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}")
     if not 1 <= limit <= MAX_LIMIT:
         raise BadRequest(f"limit must be an integer from 1 to {MAX_LIMIT}, not {limit}")
     return limit
 
 
-MAX_BODY_BYTES: Final = 64 * 1024
-"""Largest request body the admin API reads (its only body is `{"force": bool}`)."""
-
-
 def parse_force_body(raw: bytes) -> bool:
     """`force` from the optional JSON body `{"force": bool}` of a request for
     analysis; an empty body means `False`. Anything else: `BadRequest`."""
-    if len(raw) > MAX_BODY_BYTES:
-        raise BadRequest(f"the body is larger than {MAX_BODY_BYTES} bytes")
     if not raw.strip():
         return False
-    try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise BadRequest('the body must be JSON: {"force": true|false}') from None
+    body = parse_json(raw, what='the body ({"force": true|false})')
     if not isinstance(body, dict):
         raise BadRequest('the body must be a JSON object: {"force": true|false}')
     unknown = set(body) - {"force"}
@@ -84,16 +85,29 @@ def encode_cursor(updated_at: datetime, job_id: uuid.UUID) -> str:
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, uuid.UUID]:
-    """The position a cursor stands for; `BadRequest` for anything this module did not make."""
+    """The position a cursor stands for; `BadRequest` for anything this module did not make
+    (extra keys included)."""
+    not_issued = BadRequest("cursor is not one this API issued")
+    if len(cursor) > MAX_CURSOR_CHARS:
+        raise not_issued
     try:
         padded = cursor + "=" * (-len(cursor) % 4)
-        data = json.loads(base64.urlsafe_b64decode(padded.encode("ascii")))
+        raw = base64.urlsafe_b64decode(padded.encode("ascii"))
+    except (ValueError, binascii.Error, UnicodeError):
+        raise not_issued from None
+    try:
+        data = parse_json(raw, what="cursor")
+    except BadRequest:
+        raise not_issued from None
+    if not isinstance(data, dict) or set(data) != {"u", "i"}:
+        raise not_issued
+    try:
         updated_at = datetime.fromisoformat(data["u"])
         job_id = uuid.UUID(data["i"])
-    except (ValueError, TypeError, KeyError, AttributeError, binascii.Error, UnicodeError):
-        raise BadRequest("cursor is not one this API issued") from None
+    except (ValueError, TypeError, AttributeError):
+        raise not_issued from None
     if updated_at.tzinfo is None:
-        raise BadRequest("cursor is not one this API issued")
+        raise not_issued
     return updated_at, job_id
 
 
@@ -111,7 +125,8 @@ def list_jobs(
     back as `cursor` for the next page (`None`: this was the last). Each job
     carries a human `label` (`manga_page_analysis.admin.labels`; `None` when nothing is known).
     An unknown `state`, a bad `limit` or a cursor this API did not issue raise
-    `BadRequest`. `kind` is any string (hosts run kinds of their own).
+    `BadRequest`. `kind` is any string (hosts run kinds of their own); `unknown`
+    also lists the rows with no kind, which `queue_stats` counts under it.
     """
     if state is not None and state not in JOB_STATES:
         raise BadRequest(f"state must be one of {', '.join(JOB_STATES)}")
@@ -122,8 +137,12 @@ def list_jobs(
     conditions: list[ColumnElement[bool]] = []
     if state is not None:
         conditions.append(jobs.c.state == state)
-    if kind is not None:
-        conditions.append(payload_field("kind") == kind)
+    row_kind = payload_field("kind")
+    if kind == UNKNOWN_KIND:
+        # The stats' bucket: rows with no kind at all count there, so they list here.
+        conditions.append(or_(row_kind == kind, row_kind.is_(None)))
+    elif kind is not None:
+        conditions.append(row_kind == kind)
     if position is not None:
         conditions.append(tuple_(jobs.c.updated_at, jobs.c.id) < tuple_(*position))
     # One more row than asked tells whether another page exists.

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import logging
 import uuid
-from contextlib import suppress
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InternalError, ProgrammingError
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import BadRequest, Conflict, NotFound
@@ -21,6 +21,12 @@ logger = logging.getLogger(__name__)
 
 MAX_KIND_CHARS: Final = 200
 """A kind filter longer than this is certainly not a kind: refused before it reaches SQL."""
+
+
+REFUSALS: Final = (IntegrityError, DataError, InternalError, ProgrammingError)
+"""What the database answers when it refuses a row's change (a unique index, a
+value out of range, a trigger's exception); a lost connection is not one of them."""
+SLOT_TAKEN: Final = "another job for the same page or chapter is already pending or running"
 
 
 def check_kind(kind: str | None) -> None:
@@ -51,48 +57,81 @@ def retry_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
     return {"id": str(job_id), "state": "pending"}
 
 
-def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> list[uuid.UUID]:
-    """Retry every dead job (of `kind`, if given); returns the ids moved to pending.
+@dataclass(frozen=True, slots=True)
+class RetryReport:
+    """What `retry_dead_jobs` did: `retried`, the ids moved to pending; `left_dead`,
+    each dead job it could not retry with the reason, in words."""
 
-    A dead job whose page (or chapter) already has a job in flight is skipped
-    and left dead; of several dead jobs for one page, the most recently
-    updated is retried and the others are skipped.
+    retried: list[uuid.UUID] = field(default_factory=list)
+    left_dead: list[tuple[uuid.UUID, str]] = field(default_factory=list)
+
+
+def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> RetryReport:
+    """Retry every dead job (of `kind`, if given) that can be, and say why each
+    other one cannot.
+
+    A dead job whose page (or chapter) already has a job in flight is left
+    dead; of several dead jobs for one page, the most recently updated is
+    retried and the others are left. One statement when nothing goes wrong;
+    when the database refuses it (a slot taken meanwhile, a row a trigger
+    refuses), one savepoint per job, so a job that cannot be retried never
+    holds back the others.
     """
     check_kind(kind)
     try:
         with conn.begin_nested():
             retried = retry_all_dead(conn, kind)
-    except IntegrityError as exc:
-        # A job was enqueued for one of those pages meanwhile: the batch is rolled
-        # back to its savepoint; one savepoint per job, so a clash skips that job only.
-        if not _is_dedup_clash(exc):
-            raise
-        logger.info("a dead job's slot was taken during the batch retry; retrying one by one")
-        retried = []
+        left_dead = [(job_id, SLOT_TAKEN) for job_id in dead_job_ids(conn, kind)]
+    except REFUSALS as exc:
+        logger.info(
+            "the batch retry was refused (%s); retrying the dead jobs one by one",
+            _first_line(exc),
+        )
+        retried, left_dead = [], []
         for job_id in dead_job_ids(conn, kind):
-            with suppress(Conflict):
+            try:
                 if _retry_one(conn, job_id):
                     retried.append(job_id)
-    logger.info("retried %d dead job(s)%s", len(retried), f" of kind {kind}" if kind else "")
-    return retried
+            except _RetryRefused as refused:
+                left_dead.append((job_id, refused.reason))
+    logger.info(
+        "retried %d dead job(s)%s; %d left dead",
+        len(retried),
+        f" of kind {kind}" if kind else "",
+        len(left_dead),
+    )
+    return RetryReport(retried, left_dead)
 
 
-def _is_dedup_clash(exc: IntegrityError) -> bool:
+def _is_dedup_clash(exc: DBAPIError) -> bool:
     return getattr(getattr(exc.orig, "diag", None), "constraint_name", None) in DEDUP_SLOTS
+
+
+def _first_line(exc: DBAPIError) -> str:
+    text = str(exc.orig).strip()
+    return text.splitlines()[0] if text else type(exc.orig).__name__
 
 
 def _retry_one(conn: Conn, job_id: uuid.UUID) -> bool:
     """`True` if the job was dead and is now pending; `False` if it was not dead.
-    `Conflict` (nothing changed) when its dedup slot is taken."""
+    `Conflict` (nothing changed) when its dedup slot is taken or the database
+    refuses the change."""
     try:
-        # The savepoint confines a unique violation to this statement, so the
-        # caller's transaction (a host's request, say) is still usable after.
+        # The savepoint confines a refused statement to itself, so the caller's
+        # transaction (a host's request, say) is still usable after.
         with conn.begin_nested():
             return job_id in retry_dead(conn, [job_id])
-    except IntegrityError as exc:
-        if not _is_dedup_clash(exc):
-            raise
-        raise Conflict(
-            f"job {job_id} cannot be retried: another job for the same "
-            "page or chapter is already pending or running"
-        ) from None
+    except REFUSALS as exc:
+        if _is_dedup_clash(exc):
+            raise _RetryRefused(job_id, SLOT_TAKEN) from None
+        # A row the database refuses to move back to pending (a trigger's
+        # exception, say): the job stays dead, and the message says why.
+        raise _RetryRefused(job_id, f"the database refused it: {_first_line(exc)}") from None
+
+
+class _RetryRefused(Conflict):
+    """A dead job that cannot be retried; `reason` says why in words."""
+
+    def __init__(self, job_id: uuid.UUID, reason: str) -> None:
+        super().__init__(f"job {job_id} cannot be retried: {reason}")
+        self.reason = reason

@@ -11,7 +11,7 @@ from sqlalchemy import Connection
 
 from manga_page_analysis.analysis.analyzer import Analyzer, VisionResult
 from manga_page_analysis.analysis.images import prepare_image
-from manga_page_analysis.config import DEFAULT_MAX_SIDE_PX
+from manga_page_analysis.config import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_SIDE_PX
 from manga_page_analysis.queue import Lease
 from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from manga_page_analysis.repos.page_analysis import get_status, save_done, save_failed
@@ -35,6 +35,7 @@ class PageAnalysisHandler:
     vision: Analyzer
     max_image_bytes: int
     max_side_px: int = DEFAULT_MAX_SIDE_PX
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
 
     def load(self, conn: Connection, lease: Lease) -> PageContext | None:
         payload = lease.payload
@@ -76,7 +77,7 @@ class PageAnalysisHandler:
 
     def execute(self, page: PageContext, ctx: JobContext) -> VisionResult:
         data = self.storage.read_bytes(page.storage_key, self.max_image_bytes)
-        image = prepare_image(data, max_side_px=self.max_side_px)
+        image = prepare_image(data, max_side_px=self.max_side_px, max_pixels=self.max_image_pixels)
         if image.reencoded:
             logger.info(
                 "%s: image re-encoded to %s %dx%d for the model",

@@ -13,11 +13,9 @@ from typing import Final
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from manga_page_analysis.config import DEFAULT_MAX_SIDE_PX
+from manga_page_analysis.config import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_SIDE_PX
 from manga_page_analysis.errors import ImageError, without_reprs
 
-DEFAULT_MAX_PIXELS: Final = 100_000_000
-"""Header-declared pixel count above which a page is refused as a decompression bomb."""
 JPEG_QUALITY: Final = 90
 """Quality of re-encoded JPEGs: high enough to keep small lettering legible."""
 READABLE_FORMATS: Final = "PNG, JPEG, WebP, GIF, BMP, TIFF, ..."
@@ -47,7 +45,10 @@ class PreparedImage:
 
 
 def prepare_image(
-    data: bytes, *, max_side_px: int = DEFAULT_MAX_SIDE_PX, max_pixels: int = DEFAULT_MAX_PIXELS
+    data: bytes,
+    *,
+    max_side_px: int = DEFAULT_MAX_SIDE_PX,
+    max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
 ) -> PreparedImage:
     """Validate `data` and return it as PNG or JPEG with a long side of at most `max_side_px`.
 
@@ -55,7 +56,9 @@ def prepare_image(
     colour conversion. Re-encodes everything else (llama.cpp's stb_image reads neither WebP
     nor CMYK JPEG): to PNG when the image has transparency, to JPEG otherwise. Raises
     `ImageError` for undecodable data and, before decoding a pixel, for images declaring more
-    than `max_pixels` pixels (or more than Pillow's `Image.MAX_IMAGE_PIXELS`, when lower).
+    than `max_pixels` pixels (the `MAX_IMAGE_PIXELS` setting: decoding costs about 4 bytes a
+    pixel, and more while converting, whatever the file's size) or more than Pillow's
+    `Image.MAX_IMAGE_PIXELS`.
     """
     if max_side_px < 1:
         raise ValueError(f"max_side_px must be >= 1, got {max_side_px}")
@@ -108,11 +111,15 @@ def _refuse_bombs(size: tuple[int, int], max_pixels: int) -> None:
     width, height = size
     pixels = width * height
     pillow_limit = Image.MAX_IMAGE_PIXELS
-    limit = max_pixels if pillow_limit is None else min(max_pixels, pillow_limit)
-    if pixels > limit:
+    if pillow_limit is not None and pixels > pillow_limit:
         raise ImageError(
             f"page image refused as a decompression bomb: {width}x{height} "
-            f"is {pixels} pixels, limit is {limit}"
+            f"is {pixels} pixels, Pillow's limit is {pillow_limit}"
+        )
+    if pixels > max_pixels:
+        raise ImageError(
+            f"page image too large to decode: {width}x{height} is {pixels} pixels, "
+            f"more than MAX_IMAGE_PIXELS ({max_pixels}); refused before decoding"
         )
     if width < 1 or height < 1:
         raise ImageError(f"cannot decode page image: empty size {width}x{height}")

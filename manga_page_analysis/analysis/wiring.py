@@ -74,6 +74,7 @@ def analysis_runner(
             vision=vision,
             max_image_bytes=settings.max_image_bytes,
             max_side_px=settings.vision_max_side_px,
+            max_image_pixels=settings.max_image_pixels,
         )
         gate = ReadinessGate(
             _reporting(vision.readiness, vision_observer),

@@ -32,6 +32,7 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.db import database_url, make_engine
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.observability.logs import configure_logging
+from manga_page_analysis.observability.terminal import visible
 
 if TYPE_CHECKING:
     from manga_page_analysis.cli.importer import SkippedFile
@@ -131,7 +132,7 @@ def _fatal(command: str, message: str) -> None:
     """One line on stderr, no traceback: plain for the operator commands, a log line
     (text or JSON, as configured) for the commands that log as they go."""
     if command in OPERATOR_COMMANDS:
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {visible(message)}", file=sys.stderr)
     elif command == "run-worker":
         logger.error("run-worker cannot start: %s", message)
     else:

@@ -26,6 +26,7 @@ from manga_page_analysis.cli.importer import IMAGE_SUFFIXES, import_folder
 from manga_page_analysis.cli.shutdown import EXIT_INTERRUPTED, GracefulStop
 from manga_page_analysis.config import DEFAULT_VISION_URL, Settings
 from manga_page_analysis.models import Chapter, Job, Manga, Page, PageAnalysis
+from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, request_analysis
 from manga_page_analysis.worker.events import JobEvent
 
@@ -136,7 +137,7 @@ class _Progress:
         if "duration_ms" in event.details:
             detail = f" in {int(event.details['duration_ms']) / 1000:.2f} s"
         if event.type == "failed":
-            detail = f": {event.details.get('error', '')}"
+            detail = f": {visible(str(event.details.get('error', '')))}"
         page = self._numbers[page_id]
         print(f"  [{ended}/{len(self._numbers)}] page {page} {event.type}{detail}", flush=True)
 
@@ -229,6 +230,7 @@ def _table(rows: Sequence[Row[Any]], earlier: Set[int]) -> list[str]:
         text = " / ".join(row.ocr_text.splitlines()) if row.ocr_text else "(no text)"
         if row.error and row.status != "done":
             text = f"error: {row.error}"
+        text = visible(text)
         if len(text) > TEXT_COLUMN_CHARS:
             text = text[: TEXT_COLUMN_CHARS - 1] + "…"
         lines.append(f"{row.number:>4}  {status:<12}  {duration:>8}  {text}")

@@ -17,9 +17,10 @@ from manga_page_analysis import admin
 from manga_page_analysis.admin.analyze import RequestCounts, request_pages
 from manga_page_analysis.cli.shutdown import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from manga_page_analysis.models import JOB_STATES
+from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.queue.requests import BATCH_SIZE
 from manga_page_analysis.queue.states import reap_done, reclaim_expired
-from manga_page_analysis.queue.stats import count_dead
+from manga_page_analysis.queue.stats import UNKNOWN_KIND
 from manga_page_analysis.repos.pages import (
     PageGroup,
     count_unanalysed,
@@ -102,7 +103,7 @@ def jobs_list(engine: Engine, args: argparse.Namespace) -> int:
     rows = [
         [
             job["id"],
-            job["kind"] or "?",
+            job["kind"] or UNKNOWN_KIND,
             job["state"],
             f"{job['attempts']}/{job['max_attempts']}",
             time_text(job["updated_at"]),
@@ -123,13 +124,11 @@ def jobs_retry(
 ) -> int:
     if all_dead:
         with engine.begin() as conn:
-            dead_before = count_dead(conn, kind)
-            retried = admin.retry_dead_jobs(conn, kind=kind)
+            report = admin.retry_dead_jobs(conn, kind=kind)
         what = f"dead {kind} job(s)" if kind else "dead job(s)"
-        print(f"retried {len(retried)} {what}: back to pending, attempts reset")
-        left = dead_before - len(retried)
-        if left:
-            print(f"left {left} dead: another job for the same page or chapter is in flight")
+        print(visible(f"retried {len(report.retried)} {what}: back to pending, attempts reset"))
+        for job_id, reason in report.left_dead:
+            print(visible(f"job {job_id} left dead: {reason}"))
         return 0
     code = 0
     for job_id in job_ids:
@@ -229,12 +228,13 @@ def print_json(body: Any) -> None:
 
 
 def error(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
+    print(f"error: {visible(message)}", file=sys.stderr)
 
 
 def shorten(text: str, width: int) -> str:
-    """One line, at most `width` characters (an ellipsis marks a cut)."""
-    flat = " ".join(text.split())
+    """One line, at most `width` characters (an ellipsis marks a cut), control
+    characters escaped (`visible`) before it is measured."""
+    flat = visible(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -254,8 +254,11 @@ def duration_text(seconds: float) -> str:
 def table(
     headers: Sequence[str], rows: Sequence[Sequence[str]], *, numeric: Iterable[int] = ()
 ) -> str:
-    """Aligned columns, two spaces apart; `numeric` column indexes are right-aligned."""
+    """Aligned columns, two spaces apart; `numeric` column indexes are right-aligned.
+    Every cell is shown with its control characters escaped (`visible`)."""
     right = set(numeric)
+    headers = [visible(str(cell)) for cell in headers]
+    rows = [[visible(str(cell)) for cell in row] for row in rows]
     widths = [max(len(str(row[i])) for row in [headers, *rows]) for i in range(len(headers))]
 
     def line(cells: Sequence[str]) -> str:

@@ -4,6 +4,7 @@ usage errors exit 2."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import uuid
@@ -15,6 +16,7 @@ from typing import Final, NoReturn
 
 from manga_page_analysis import admin
 from manga_page_analysis.cli.shutdown import EXIT_USAGE
+from manga_page_analysis.config import MAX_RETENTION_DAYS, MAX_TIMEOUT_SECONDS
 from manga_page_analysis.models import JOB_STATES
 from manga_page_analysis.queue.requests import BATCH_SIZE
 
@@ -90,15 +92,30 @@ def limit_arg(value: str) -> int:
 
 
 def days_arg(value: str) -> int:
-    try:
-        days = int(value)
-    except ValueError:
-        days = 0
-    if days < 1:
+    """`--days`: plain digits, 1 to `MAX_RETENTION_DAYS`."""
+    digits = value.strip()
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 9) or not (
+        1 <= int(digits) <= MAX_RETENTION_DAYS
+    ):
         raise argparse.ArgumentTypeError(
-            f"--days must be a whole number of days, at least 1, not {value!r}"
+            f"--days must be a whole number of days from 1 to {MAX_RETENTION_DAYS}, "
+            f"not {value[:40]!r}"
         )
-    return days
+    return int(digits)
+
+
+def seconds_arg(value: str) -> float:
+    """A duration in seconds: more than 0, at most `MAX_TIMEOUT_SECONDS`."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # nan fails too
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds, more than 0 and at most {MAX_TIMEOUT_SECONDS:g}, "
+            f"not {value[:40]!r}"
+        )
+    return seconds
 
 
 def build_parser() -> UsageParser:
@@ -191,7 +208,7 @@ def build_parser() -> UsageParser:
     )
     demo.add_argument(
         "--timeout",
-        type=float,
+        type=seconds_arg,
         default=300.0,
         help="give up after this many seconds (default 300)",
     )
@@ -247,7 +264,7 @@ def build_parser() -> UsageParser:
     reap.add_argument(
         "--days",
         type=days_arg,
-        help="retention in days, at least 1 (default: REAP_RETENTION_DAYS, 7)",
+        help=f"retention in days, 1 to {MAX_RETENTION_DAYS} (default: REAP_RETENTION_DAYS, 7)",
     )
 
     sub.add_parser(

@@ -10,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.worker.logcontext import JobFieldsFilter
 
 LogFormat = Literal["text", "json"]
@@ -48,6 +49,23 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, each record on one line with its control characters (newlines
+    included) escaped; a traceback keeps its line breaks, nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return visible(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return visible(super().formatException(ei), keep_newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return visible(super().formatStack(stack_info), keep_newlines=True)
+
+
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
     """The handler `configure_logging` installs (and replaces on a second call)."""
 
@@ -58,7 +76,7 @@ def configure_logging(level: str | int, log_format: LogFormat = "text") -> None:
     on the root logger (pytest's, a host's) stay."""
     handler = _StderrHandler(sys.stderr)
     handler.addFilter(JobFieldsFilter())
-    formatter = JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT)
+    formatter = JsonFormatter() if log_format == "json" else TextFormatter()
     handler.setFormatter(formatter)
     root = logging.getLogger()
     for old in list(root.handlers):

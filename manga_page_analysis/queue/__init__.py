@@ -37,7 +37,13 @@ from manga_page_analysis.queue.states import (
     renew_many,
 )
 from manga_page_analysis.queue.stats import queue_stats
-from manga_page_analysis.queue.table import CRASH_LOOP_ERROR, RECLAIM_LIMIT, WAKEUP_CHANNEL, Lease
+from manga_page_analysis.queue.table import (
+    CRASH_LOOP_ERROR,
+    RECLAIM_LIMIT,
+    WAKEUP_CHANNEL,
+    WAKEUP_KIND_CHARS,
+    Lease,
+)
 
 __all__ = [
     "CRASH_LOOP_ERROR",
@@ -47,6 +53,7 @@ __all__ = [
     "KIND_SYNC_MANGA",
     "RECLAIM_LIMIT",
     "WAKEUP_CHANNEL",
+    "WAKEUP_KIND_CHARS",
     "AnalyzePage",
     "JobPayload",
     "Lease",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
 
 from manga_page_analysis.errors import PayloadError
 
@@ -57,7 +57,8 @@ class SyncChapterContent(_Payload):
 class AnalyzePage(_Payload):
     kind: Literal["analyze_page"] = KIND_ANALYZE_PAGE
     page_id: UUID
-    force: bool = False
+    # Strict: `"force": "yes"` (or 1) from a foreign writer is refused, not read as true.
+    force: StrictBool = False
 
 
 JobPayload = Annotated[

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final, Literal
 
+from manga_page_analysis.config import MAX_RETENTION_DAYS
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import PayloadError, truncated
 from manga_page_analysis.models import DEDUP_SLOTS
@@ -293,7 +294,12 @@ def reclaim_orphaned(conn: Conn) -> int:
 
 
 def reap_done(conn: Conn, retention_days: int) -> int:
-    """Delete `done` jobs last updated more than `retention_days` ago; `0` disables."""
+    """Delete `done` jobs last updated more than `retention_days` ago; `0` disables.
+    `ValueError` past `MAX_RETENTION_DAYS` (no timestamp is that old)."""
+    if retention_days > MAX_RETENTION_DAYS:
+        raise ValueError(
+            f"retention_days must be at most {MAX_RETENTION_DAYS}, not {retention_days}"
+        )
     if retention_days <= 0:
         return 0
     result = run(conn, _REAP_DONE, {"age": timedelta(days=retention_days)})

@@ -20,14 +20,20 @@ from sqlalchemy.exc import OperationalError
 
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
+from manga_page_analysis.errors import truncated
+from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.events import EventStream, EventStreams, EventsUnavailable
 
 logger = logging.getLogger(__name__)
 
-ALL_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE")
+ALL_METHODS: Final = ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 """Every method an `api/` route is registered for: the handler answers a wrong
-one itself (a JSON 405), never the framework's HTML error page."""
+one itself (a JSON 405), never the framework's HTML error page (nor Flask's
+automatic `OPTIONS` answer, which lists every method)."""
+
+SHOWN_PATH_CHARS: Final = 120
+"""A 404 names at most this much of the path it did not find."""
 
 RETRY_AFTER_SECONDS: Final = 5
 """`Retry-After` of a 503 from `api/events`."""
@@ -99,16 +105,17 @@ class AdminApi:
         self.streams = streams
 
     def handle(self, route: Route, request: ApiRequest) -> ApiResponse:
-        """Answer `request` on `route`: the auth outcome, the method (HEAD is
-        GET; else 405), the body limit, the origin check of a session's writes,
-        `AdminError` as its JSON error and an unreachable database as 503."""
-        if request.access.refusal is not None:
-            return refusal_response(request.access.refusal)
+        """Answer `request` on `route`: the method (HEAD is GET; else 405, before
+        auth: which methods a route takes is no secret), the auth outcome, the
+        body limit, the origin check of a session's writes, `AdminError` as its
+        JSON error and an unreachable database as 503."""
         method = "GET" if request.method == "HEAD" else request.method.upper()
         view = route.views.get(method)
         if view is None:
             allowed = ", ".join(sorted(route.views))
             return error_response(405, "method_not_allowed", f"use {allowed}", {"Allow": allowed})
+        if request.access.refusal is not None:
+            return refusal_response(request.access.refusal)
         try:
             if method not in SAFE_METHODS:
                 _check_length(request.content_length)
@@ -136,7 +143,10 @@ class Route:
 
 def _check_length(declared: str | None) -> None:
     # Refused before it is read.
-    if declared and (not declared.strip().isdigit() or int(declared) > admin.MAX_BODY_BYTES):
+    digits = (declared or "").strip()
+    if digits and (
+        not (digits.isascii() and digits.isdigit()) or int(digits) > admin.MAX_BODY_BYTES
+    ):
         raise BadRequest(f"the body is larger than {admin.MAX_BODY_BYTES} bytes")
 
 
@@ -195,7 +205,9 @@ def _events(api: AdminApi, request: ApiRequest) -> ApiResponse:
 
 
 def _unknown(api: AdminApi, request: ApiRequest) -> ApiResponse:
-    return error_response(404, "not_found", f"no admin API route {request.path}")
+    # Named, not echoed: a 60 KB path is not sent back, nor a control character.
+    path = visible(truncated(request.path, SHOWN_PATH_CHARS))
+    return error_response(404, "not_found", f"no admin API route {path}")
 
 
 ROUTES: Final = (

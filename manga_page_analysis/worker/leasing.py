@@ -28,7 +28,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from manga_page_analysis.db import channel_name, connect_kwargs, quote_identifier, schema_of
-from manga_page_analysis.queue import WAKEUP_CHANNEL, Lease, lease_kinds
+from manga_page_analysis.queue import WAKEUP_CHANNEL, WAKEUP_KIND_CHARS, Lease, lease_kinds
 from manga_page_analysis.worker.dbsession import (
     DatabaseUnavailable,
     DbSession,
@@ -213,7 +213,8 @@ class WakeupListener(ThreadService):
         self._listen_statement = "LISTEN " + quote_identifier(
             channel_name(WAKEUP_CHANNEL, schema_of(engine))
         )
-        self._kinds = frozenset(kinds)
+        # Compared as the trigger sends them: cut to the first WAKEUP_KIND_CHARS.
+        self._kinds = frozenset(kind[:WAKEUP_KIND_CHARS] for kind in kinds)
         self._on_wake = on_wake
         self._outage = outage
         self.connections = 0

@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from manga_page_analysis.config import MAX_RETENTION_DAYS
 from manga_page_analysis.queue import Lease, reclaim_expired
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import runner_outage, short_error
@@ -66,6 +67,9 @@ class Runner:
             raise ValueError("a runner needs at least one handler")
         if workers < 1 or (prefetch is not None and prefetch < 0):
             raise ValueError("workers must be at least 1 and prefetch at least 0")
+        if not 0 <= reap_retention_days <= MAX_RETENTION_DAYS:
+            # Refused here, not by the heartbeat thread that reaps later.
+            raise ValueError(f"reap_retention_days must be from 0 to {MAX_RETENTION_DAYS}")
         self._engine = engine
         self._handlers = {handler.kind: handler for handler in handlers}
         self.lease_duration = lease_duration

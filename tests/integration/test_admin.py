@@ -338,13 +338,14 @@ def test_retry_dead_jobs_retries_all_skipping_taken_slots(engine):
         )
         manga = _dead(conn, SyncManga(source_id="s", source_manga_key="k"))
     with engine.begin() as conn:
-        assert retry_dead_jobs(conn, kind="sync_manga") == [manga]
-        retried = retry_dead_jobs(conn)
-    assert set(retried) == {free, newer}
+        assert retry_dead_jobs(conn, kind="sync_manga").retried == [manga]
+        report = retry_dead_jobs(conn)
+    assert set(report.retried) == {free, newer}
+    assert {job_id for job_id, _reason in report.left_dead} == {clash, older}
     with engine.connect() as conn:
         assert job_row(conn, clash).state == "dead"
         assert job_row(conn, older).state == "dead"
-        assert retry_dead_jobs(conn) == []
+        assert retry_dead_jobs(conn).retried == []
 
 
 def test_retry_dead_jobs_falls_back_when_a_slot_is_taken_during_the_batch(engine, caplog):
@@ -378,7 +379,8 @@ def test_retry_dead_jobs_falls_back_when_a_slot_is_taken_during_the_batch(engine
         )
         other.commit()
         thread.join(timeout=10)
-    assert outcome["retried"] == [free]
+    assert outcome["retried"].retried == [free]
+    assert [job_id for job_id, _reason in outcome["retried"].left_dead] == [clash]
     assert any("one by one" in record.getMessage() for record in caplog.records)
     with engine.connect() as conn:
         assert job_row(conn, clash).state == "dead"

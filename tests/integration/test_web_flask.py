@@ -253,6 +253,26 @@ def test_unknown_api_routes_are_json_404s(client):
     _error(client.put(f"{PREFIX}/api/stats", headers=AUTH), 405)
 
 
+def test_options_is_the_apis_own_405_with_the_routes_allow_even_without_a_token(client):
+    # Not Flask's automatic answer (200, empty, every method in Allow).
+    response = client.options(f"{PREFIX}/api/stats")
+    _error(response, 405, "method_not_allowed")
+    assert response.headers["Allow"] == "GET"
+    retry = client.options(f"{PREFIX}/api/jobs/{uuid.uuid4()}/retry", headers=AUTH)
+    _error(retry, 405, "method_not_allowed")
+    assert retry.headers["Allow"] == "POST"
+
+
+def test_a_404_names_a_bounded_escaped_part_of_the_path(client):
+    long = "a" * 60_000
+    response = client.get(f"{PREFIX}/api/{long}", headers=AUTH)
+    message = _error(response, 404, "not_found")["message"]
+    assert len(response.get_data()) < 400 and len(message) < 200
+    assert "…[truncated]" in message
+    bidi = client.get(f"{PREFIX}/api/x%E2%80%AEgnp.exe", headers=AUTH)
+    assert "x\\u202egnp.exe" in _error(bidi, 404, "not_found")["message"]
+
+
 def test_an_unreachable_database_is_a_json_503(postgresql_proc):
     from manga_page_analysis.db import make_engine
 

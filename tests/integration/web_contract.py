@@ -3,12 +3,22 @@ Flask and Django tests share (each drives its own adapter with them)."""
 
 from __future__ import annotations
 
+import base64
+import json
 import uuid
 from typing import Any
 
 from sqlalchemy import insert
 
 from manga_page_analysis.models import PageAnalysis
+
+
+def _cursor_of(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+DEEP_JSON = b"[" * 3000 + b"]" * 3000
+"""6 KB, under the body cap, and deep enough to be a RecursionError for `json.loads`."""
 
 BAD_LISTING_QUERIES = [
     "limit=0",
@@ -22,6 +32,18 @@ BAD_LISTING_QUERIES = [
     "cursor=eyJ1IjogMX0",
     "kind=%00",
     "kind=" + "k" * 201,
+    # Only plain ASCII digits: int() would read each of these as a number.
+    "limit=%D9%A5",  # ٥, Arabic-Indic five
+    "limit=5_0",
+    "limit=%2B5",
+    "limit=%205",
+    "cursor=" + _cursor_of(DEEP_JSON),
+    # A cursor this API could have issued, plus a key it never writes.
+    "cursor="
+    + _cursor_of(
+        json.dumps({"u": "2026-12-01T00:00:00+00:00", "i": str(uuid.UUID(int=1)), "x": 1}).encode()
+    ),
+    "cursor=" + "A" * 5000,
 ]
 """Query strings of `api/jobs` that must each be a 400."""
 
@@ -34,6 +56,8 @@ BAD_ANALYSIS_BODIES = [
     b'{"forse": true}',
     b"\xff\xfe",
     b"x" * 70_000,
+    DEEP_JSON,
+    b'{"force": ' + b"[" * 100 + b"]" * 100 + b"}",
 ]
 """Bodies of `POST api/pages/<id>/analysis` that must each be a 400 and enqueue nothing."""
 

@@ -107,16 +107,18 @@ def test_path_through_a_file_is_missing(root: Path) -> None:
         LocalStorage(root).read_bytes("manga/ch1/001.png/nested", max_bytes=1024)
 
 
-def test_directory_is_not_an_object(root: Path) -> None:
-    with pytest.raises(ObjectNotFound, match="directory"):
+def test_directory_is_not_an_object_and_no_retry_helps(root: Path) -> None:
+    with pytest.raises(StorageKeyError, match="directory") as refused:
         LocalStorage(root).read_bytes("manga/ch1", max_bytes=1024)
+    assert refused.value.retryable is False
 
 
-def test_fifo_is_refused_without_blocking(root: Path) -> None:
+def test_fifo_is_refused_without_blocking_and_no_retry_helps(root: Path) -> None:
     os.mkfifo(root / "pipe.png")
     # Opening a FIFO for reading blocks until a writer shows up; the storage must not.
-    with pytest.raises(ObjectNotFound, match="regular file"):
+    with pytest.raises(StorageKeyError, match="regular file") as refused:
         LocalStorage(root).open("pipe.png")
+    assert refused.value.retryable is False
 
 
 def test_errors_are_storage_errors() -> None:

@@ -51,11 +51,22 @@ def _request(method: str = "GET", access: Access = TOKEN_ACCESS, **fields: objec
     return ApiRequest(method=method, path="/admin/api/x", access=access, **fields)  # type: ignore[arg-type]
 
 
-def test_a_refusal_is_answered_before_the_method_is_looked_at(api: AdminApi) -> None:
+def test_a_refusal_is_answered_for_a_method_the_route_takes(api: AdminApi) -> None:
     refusal = Refusal(401, "unauthorized", "send a token", "Bearer")
-    response = api.handle(ROUTE["retry"], _request("DELETE", Access(refusal)))
+    response = api.handle(ROUTE["retry"], _request("POST", Access(refusal)))
     _error(response, 401, "unauthorized")
     assert response.headers["WWW-Authenticate"] == "Bearer"
+
+
+@pytest.mark.parametrize("method", ["OPTIONS", "DELETE"])
+def test_a_wrong_method_is_a_405_with_the_routes_allow_even_without_a_token(
+    api: AdminApi, method: str
+) -> None:
+    # Which methods a route takes is public (the docs list them): no need to log in first.
+    refusal = Refusal(401, "unauthorized", "send a token", "Bearer")
+    response = api.handle(ROUTE["stats"], _request(method, Access(refusal)))
+    _error(response, 405, "method_not_allowed")
+    assert response.headers["Allow"] == "GET"
 
 
 def test_a_wrong_method_is_a_405_naming_the_allowed_ones(api: AdminApi) -> None:

@@ -301,6 +301,18 @@ def test_unknown_api_routes_are_json_404s(client: Any) -> None:
     _error(client.put(f"{PREFIX}/api/stats", **AUTH), 405, "method_not_allowed")
 
 
+def test_options_is_a_json_405_with_the_routes_allow_even_without_a_token(client: Any) -> None:
+    response = client.options(f"{PREFIX}/api/stats")
+    _error(response, 405, "method_not_allowed")
+    assert response["Allow"] == "GET"
+
+
+def test_a_404_names_a_bounded_part_of_the_path(client: Any) -> None:
+    response = client.get(f"{PREFIX}/api/{'a' * 60_000}", **AUTH)
+    message = _error(response, 404, "not_found")["message"]
+    assert len(response.content) < 400 and "…[truncated]" in message
+
+
 def test_an_unreachable_database_is_a_json_503(client: Any) -> None:
     with _page_analysis(ADMIN_TOKEN=ADMIN_TOKEN, DATABASE_ALIAS="unreachable"):
         _error(client.get(f"{PREFIX}/api/stats", **AUTH), 503, "unavailable")
