@@ -71,7 +71,7 @@ def prepare_image(
         # warning it emits past the limit arrives as an exception too.
         with Image.open(io.BytesIO(data)) as image:
             source_format = image.format
-            _refuse_bombs(image.size, max_pixels)
+            refuse_bombs(image.size, max_pixels)
             return _prepare(image, data, max_side_px)
     except ImageError:
         raise
@@ -100,8 +100,9 @@ def data_url(image: PreparedImage) -> str:
     return f"data:{image.mime};base64,{base64.b64encode(image.data).decode('ascii')}"
 
 
-def _refuse_bombs(size: tuple[int, int], max_pixels: int) -> None:
-    """Refuse by header size before decoding.
+def refuse_bombs(size: tuple[int, int], max_pixels: int) -> None:
+    """Refuse by header size before decoding (`ImageError`): past `max_pixels`, or
+    past Pillow's own `Image.MAX_IMAGE_PIXELS`.
 
     Pillow only warns between its limit and twice its limit, and turning that
     warning into an error would need `warnings.catch_warnings`, which mutates

@@ -10,8 +10,9 @@ from typing import Final
 
 from PIL import Image
 
-from manga_page_analysis.analysis.images import DEFAULT_MAX_PIXELS, undecodable
-from manga_page_analysis.errors import ImageTooLarge, NotAnImage
+from manga_page_analysis.analysis.images import refuse_bombs, undecodable
+from manga_page_analysis.config import DEFAULT_MAX_IMAGE_PIXELS
+from manga_page_analysis.errors import ImageError, ImageTooLarge, NotAnImage
 
 _CONTENT_TYPES: Final = {
     "PNG": ("image/png", "png"),
@@ -37,7 +38,7 @@ class CheckedImage:
 
 
 def check_image(
-    data: bytes, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_PIXELS
+    data: bytes, *, max_bytes: int, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
 ) -> CheckedImage:
     """`data` decoded to prove it is an image: `ImageTooLarge` past `max_bytes`
     or past `max_pixels` (or Pillow's `Image.MAX_IMAGE_PIXELS`, when lower;
@@ -54,12 +55,10 @@ def check_image(
         with Image.open(io.BytesIO(data)) as image:
             source_format = image.format or "unknown"
             width, height = image.size
-            pillow_limit = Image.MAX_IMAGE_PIXELS
-            limit = max_pixels if pillow_limit is None else min(max_pixels, pillow_limit)
-            if width * height > limit:
-                raise ImageTooLarge(
-                    f"page image is {width}x{height}, {width * height} pixels; the limit is {limit}"
-                )
+            try:
+                refuse_bombs(image.size, max_pixels)
+            except ImageError as exc:
+                raise ImageTooLarge(str(exc)) from None
             image.load()
     except ImageTooLarge:
         raise
