@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -12,6 +11,7 @@ from sqlalchemy import Connection, Engine, insert, select
 
 from manga_page_analysis.models import Chapter, Manga, Page
 from manga_page_analysis.queue import request_analysis
+from manga_page_analysis.storage import LocalStorage, Storage
 
 IMAGE_SUFFIXES = {
     ".png": "image/png",
@@ -47,7 +47,7 @@ class ImportResult:
 
 def import_folder(
     engine: Engine,
-    storage_root: Path,
+    storage: Storage | Path,
     folder: Path,
     *,
     title: str,
@@ -55,14 +55,17 @@ def import_folder(
     new_manga: bool = False,
 ) -> ImportResult:
     """Import the images of `folder` (sorted by name) as pages 1..n of a new chapter,
-    copied under `storage_root/<manga id>/<chapter>/`, and request their analysis, all
-    in one transaction.
+    written to `storage` (a `Path` means a folder) under `<manga id>/<chapter>/`, and
+    request their analysis, all in one transaction (an image written before a failure
+    stays in the store, unreferenced).
 
     The chapter goes into the newest manga titled `title`, or a new one when
     there is none or `new_manga` is set. Raises `ValueError` when the folder
     holds no images, or when that manga already has chapter `chapter` (and
     `new_manga` is not set): two copies under one title could not be told apart.
     """
+    if isinstance(storage, Path):
+        storage = LocalStorage(storage)
     images = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if not images:
         raise ValueError(f"no page images ({', '.join(IMAGE_SUFFIXES)}) in {folder}")
@@ -85,16 +88,15 @@ def import_folder(
         pages = []
         for number, image in enumerate(images, start=1):
             key = f"{manga_id}/{chapter}/{number:04d}{image.suffix.lower()}"
-            target = storage_root / key
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(image, target)
+            content_type = IMAGE_SUFFIXES[image.suffix.lower()]
+            storage.write_bytes(key, image.read_bytes(), content_type=content_type)
             page_id = conn.execute(
                 insert(Page)
                 .values(
                     chapter_id=chapter_id,
                     number=number,
                     storage_key=key,
-                    content_type=IMAGE_SUFFIXES[image.suffix.lower()],
+                    content_type=content_type,
                 )
                 .returning(Page.id)
             ).scalar_one()
