@@ -59,11 +59,14 @@ class S3Location:
         if not url.startswith(S3_SCHEME):
             raise ValueError(f"{url!r} is not an s3:// URL; expected s3://bucket/prefix")
         bucket, _, prefix = url.removeprefix(S3_SCHEME).partition("/")
-        if not bucket or "@" in bucket or ":" in bucket:
+        if "@" in bucket or ":" in bucket:
+            # Not echoed: what stands before the `@` may be a secret key.
             raise ValueError(
-                f"{url!r} names no bucket; expected s3://bucket/prefix (credentials go in "
-                "the AWS_* variables or a profile, never in the URL)"
+                "an s3:// URL holds no credentials; expected s3://bucket/prefix, with the "
+                "credentials in the AWS_* variables or a profile"
             )
+        if not bucket:
+            raise ValueError(f"{url!r} names no bucket; expected s3://bucket/prefix")
         return cls(bucket, prefix.strip("/"))
 
     def __str__(self) -> str:
