@@ -137,6 +137,9 @@ class S3Storage:
                 )
         self._client = client
         self._probe_client = probe_client
+        # Whether the store may be down: true until a probe has seen it answer, and again
+        # after a request that found it unreachable. While false, `readiness` sends nothing.
+        self._suspect = True
 
     def __repr__(self) -> str:
         return f"S3Storage({str(self.location)!r})"
@@ -164,6 +167,7 @@ class S3Storage:
             try:
                 return read_capped(body, max_bytes, label=repr(key))
             except dropped as exc:
+                self._suspect = True
                 raise StorageUnavailable(
                     f"the page store dropped the read of {key!r}: {type(exc).__name__}"
                 ) from None
@@ -206,8 +210,12 @@ class S3Storage:
         )
 
     def readiness(self) -> StoreReadiness:
-        """One HeadObject of `PROBE_KEY`, no retries: any answer below 500 (a 404, or a 403
-        for credentials that may not list) means the store is up."""
+        """Ready without a request while the store is known to answer (reads succeed);
+        otherwise (before the first probe, after a read found the store unreachable) one
+        HeadObject of `PROBE_KEY`, no retries: any answer below 500 (a 404, or a 403 for
+        credentials that may not list) means the store is up."""
+        if not self._suspect:
+            return StoreReadiness(ready=True)
         from botocore.exceptions import BotoCoreError, ClientError
 
         try:
@@ -216,11 +224,11 @@ class S3Storage:
             )
         except ClientError as exc:
             status = _status(exc)
-            if status is not None and status < 500:
-                return StoreReadiness(ready=True)
-            return StoreReadiness(ready=False, reason=f"{self.location} answered {status}")
+            if status is None or status >= 500:
+                return StoreReadiness(ready=False, reason=f"{self.location} answered {status}")
         except BotoCoreError as exc:
             return StoreReadiness(ready=False, reason=f"{self.location}: {type(exc).__name__}")
+        self._suspect = False
         return StoreReadiness(ready=True)
 
     def _call(self, verb: str, key: str, operation: Any, **arguments: Any) -> Any:
@@ -232,9 +240,12 @@ class S3Storage:
                 Bucket=self.location.bucket, Key=self.location.object_key(key), **arguments
             )
         except ClientError as exc:
-            raise self._translated(exc, verb, key) from None
+            error = self._translated(exc, verb, key)
+            self._suspect = self._suspect or isinstance(error, StorageUnavailable)
+            raise error from None
         except BotoCoreError as exc:
             # Connection refused or reset, timeouts: botocore already retried them.
+            self._suspect = True
             raise StorageUnavailable(
                 f"cannot {verb} object {key!r} in {self.location}: the page store is "
                 f"unreachable ({type(exc).__name__}) after {self.max_attempts} tries"

@@ -103,6 +103,9 @@ def test_a_503_store_is_retried_then_fails_the_attempt_and_the_probe_says_so(
     storage = S3Storage(f"s3://{bucket}", max_attempts=3)
     storage.write_bytes("page.png", b"page", content_type="image/png")
     assert storage.readiness().ready
+    quiet = proxy.connections
+    assert storage.readiness().ready and storage.readiness().ready
+    assert proxy.connections == quiet  # a store that answers is not asked again
 
     proxy.answer(SERVICE_UNAVAILABLE)
     connections = proxy.connections
@@ -112,6 +115,8 @@ def test_a_503_store_is_retried_then_fails_the_attempt_and_the_probe_says_so(
     assert proxy.connections - connections == 3  # botocore's bounded retries, no more
     answer = storage.readiness()
     assert not answer.ready and "answered 503" in answer.reason
+
+    assert not storage.readiness().ready  # asked again while it is down
 
     proxy.answer(None)
     assert storage.readiness().ready
