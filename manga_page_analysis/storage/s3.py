@@ -146,7 +146,7 @@ class S3Storage:
 
     @property
     def name(self) -> str:
-        """What log lines call it: the bucket and prefix, and the endpoint when not AWS."""
+        """What log lines call it: the bucket, the prefix and the endpoint."""
         endpoint = getattr(self._client.meta, "endpoint_url", "")
         return f"{self.location} at {endpoint}" if endpoint else str(self.location)
 
