@@ -103,6 +103,11 @@ class Settings(BaseSettings):
     )
 
     storage_root: Path = Field(default=DEFAULT_DEV_DIR / "storage")
+    storage_url: str | None = Field(
+        default=None,
+        description="`s3://bucket/prefix`: page images in an S3-compatible store (wins over "
+        "STORAGE_ROOT); endpoint, region and credentials from the AWS_* variables or a profile.",
+    )
     analysis_workers: int = Field(default=2, ge=1, le=MAX_WORKERS)
     job_timeout_seconds: float = Field(default=600.0, gt=0, le=MAX_TIMEOUT_SECONDS)
     max_image_bytes: int = Field(default=DEFAULT_MAX_IMAGE_BYTES, gt=0, le=MAX_IMAGE_BYTES_LIMIT)
@@ -173,6 +178,16 @@ class Settings(BaseSettings):
         except (ArgumentError, ValueError) as exc:
             raise ValueError(f"not a valid URL ({exc}); expected {POSTGRES_URL_EXAMPLE}") from None
         return value
+
+    @field_validator("storage_url")
+    @classmethod
+    def _s3_url(cls, value: str | None) -> str | None:
+        # `STORAGE_URL=` (empty, as in a copied .env) means unset: STORAGE_ROOT.
+        if not value:
+            return None
+        from manga_page_analysis.storage.s3 import S3Location
+
+        return str(S3Location.parse(value.strip()))
 
     @field_validator("vision_url")
     @classmethod

@@ -66,7 +66,15 @@ class StorageKeyError(StorageError):
 
 
 class ObjectNotFound(StorageError):
-    """No regular file is stored under the key."""
+    """No object is stored under the key (no regular file, for a folder). Permanent:
+    a page whose image is gone cannot be analysed by trying again."""
+
+    retryable = False
+
+
+class StorageUnavailable(StorageError):
+    """The store could not be reached, timed out or answered 5xx, after the store
+    client's own retries: the attempt fails, the job is tried again later."""
 
 
 class ObjectTooLarge(StorageError):

@@ -36,6 +36,7 @@ pytest_plugins = [
     "tests.worker_support",
     "tests.ocr_support",
     "tests.pgbouncer",
+    "tests.seaweedfs",
 ]
 
 UNIT_TESTS = Path(__file__).resolve().parent / "unit"

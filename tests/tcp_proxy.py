@@ -9,6 +9,10 @@ and can pause the bytes in flight (a network that stalls without closing).
     `refused`              of those, how many found the target not listening
     `pause()` / `resume()` hold / release every byte in both directions; while
                            paused, new connections are accepted but stall too
+    `answer(response)`     close every connection; from then on each new one gets
+                           `response` (raw bytes, e.g. an HTTP 503) instead of the
+                           target, until `answer(None)`
+    `bytes_from_target`    bytes the target sent through the proxy so far
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ class TcpProxy:
         self.connections = 0
         self.refused = 0
         self._lock = threading.Lock()
+        self.bytes_from_target = 0
+        self._answer: bytes | None = None
         self._flowing = threading.Event()
         self._flowing.set()
         self._stopping = threading.Event()
@@ -64,6 +70,11 @@ class TcpProxy:
     def resume(self) -> None:
         self._flowing.set()
 
+    def answer(self, response: bytes | None) -> None:
+        self._answer = response
+        for sock in self._snapshot():
+            _close(sock)
+
     def _snapshot(self) -> list[socket.socket]:
         with self._lock:
             return list(self._sockets)
@@ -79,6 +90,14 @@ class TcpProxy:
             threading.Thread(target=self._connect, args=(client,), daemon=True).start()
 
     def _connect(self, client: socket.socket) -> None:
+        response = self._answer
+        if response is not None:
+            with contextlib.suppress(OSError):
+                client.settimeout(5)
+                client.recv(_CHUNK)  # the request's head: answered without a look
+                client.sendall(response)
+            _close(client)
+            return
         try:
             upstream = socket.create_connection(self._target, timeout=5)
         except OSError:
@@ -90,9 +109,9 @@ class TcpProxy:
         with self._lock:
             self._sockets.update((client, upstream))
         threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
-        self._pump(upstream, client)
+        self._pump(upstream, client, from_target=True)
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, from_target: bool = False) -> None:
         try:
             while True:
                 data = source.recv(_CHUNK)
@@ -102,6 +121,9 @@ class TcpProxy:
                 if self._stopping.is_set():
                     break
                 sink.sendall(data)
+                if from_target:
+                    with self._lock:
+                        self.bytes_from_target += len(data)
         except OSError:
             pass  # a side closed: tear down both
         finally:

@@ -136,6 +136,7 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
         client_options: dict[str, Any] | None = None,
         observer: Any = None,
         vision_observer: Any = None,
+        storage: Any = None,
         **settings_overrides: Any,
     ) -> Iterator[Runner]:
         values: dict[str, Any] = {
@@ -168,6 +169,7 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
             events=bus,
             observer=observer,
             vision_observer=vision_observer,
+            storage=storage,
         ) as runner:
             yield runner
 

@@ -17,10 +17,10 @@ from manga_page_analysis.analysis.http import VisionClient, VisionObserver
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import listen_database_url, make_engine
 from manga_page_analysis.errors import ServiceError
-from manga_page_analysis.storage import open_storage
+from manga_page_analysis.storage import ProbedStorage, Storage, open_storage
 from manga_page_analysis.worker.events import EventBus
 from manga_page_analysis.worker.observer import RunnerObserver
-from manga_page_analysis.worker.readiness import Probe, ReadinessGate
+from manga_page_analysis.worker.readiness import ReadinessGate
 from manga_page_analysis.worker.runner import Runner
 
 logger = logging.getLogger(__name__)
@@ -35,10 +35,13 @@ def analysis_runner(
     events: EventBus | None = None,
     observer: RunnerObserver | None = None,
     vision_observer: AnalysisObserver | None = None,
+    storage: Storage | None = None,
 ) -> Iterator[Runner]:
     """A ready-to-start runner for `analyze_page` jobs; disposes what it built on exit.
 
-    Without `vision`, `settings.backend` picks the analyzer. `vision_observer` hears every
+    Without `vision`, `settings.backend` picks the analyzer; without `storage`,
+    `open_storage(settings)` the store. A store that can be down (S3) joins the
+    readiness gate: while it does not answer, nothing is leased. `vision_observer` hears every
     readiness probe of the gate and every request of a vision client built here. The
     analyzer is started here, whoever built it: a missing OCR model raises `OcrModelMissing`
     here, and an analyzer that fails to start stops the runner; its error is raised when the
@@ -69,15 +72,18 @@ def analysis_runner(
                     observer=vision_observer,
                 )
             owned.callback(vision.close)
+        if storage is None:
+            storage = open_storage(settings)
         handler = PageAnalysisHandler(
-            storage=open_storage(settings),
+            storage=storage,
             vision=vision,
             max_image_bytes=settings.max_image_bytes,
             max_side_px=settings.vision_max_side_px,
             max_image_pixels=settings.max_image_pixels,
         )
         gate = ReadinessGate(
-            _reporting(vision.readiness, vision_observer),
+            # `vision_ready` reports the analyzer alone; the store only closes the gate.
+            _with_storage(_reporting(vision.readiness, vision_observer), storage),
             name=vision.name,
             poll_seconds=settings.readiness_poll_seconds,
         )
@@ -127,7 +133,26 @@ class AnalysisObserver(VisionObserver, Protocol):
         ...
 
 
-def _reporting(probe: Callable[[], Readiness], observer: AnalysisObserver | None) -> Probe:
+def _with_storage(probe: Callable[[], Readiness], storage: Storage) -> Callable[[], Readiness]:
+    """`probe`, and then the store's own readiness when it has one."""
+    if not isinstance(storage, ProbedStorage):
+        return probe
+
+    def both() -> Readiness:
+        answer = probe()
+        if not answer.ready:
+            return answer
+        store = storage.readiness()
+        if store.ready:
+            return answer
+        return Readiness(ready=False, reason=f"the page store is not answering: {store.reason}")
+
+    return both
+
+
+def _reporting(
+    probe: Callable[[], Readiness], observer: AnalysisObserver | None
+) -> Callable[[], Readiness]:
     if observer is None:
         return probe
 

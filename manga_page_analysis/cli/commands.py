@@ -1,5 +1,5 @@
 """Command line: `python -m manga_page_analysis run-worker | migrate | demo | import-pages FOLDER |
-request-analysis PAGE_ID | jobs ... | analyze ...`; `python -m manga_page_analysis COMMAND --help`
+request-analysis PAGE_ID | jobs ... | analyze ... | storage copy`; `python -m manga_page_analysis COMMAND --help`
 for each (the arguments are in `manga_page_analysis.cli.parser`, signals in `manga_page_analysis.cli.shutdown`).
 """
 
@@ -41,7 +41,7 @@ logger = logging.getLogger("manga_page_analysis.cli")
 
 EXIT_MIGRATIONS_PENDING = 2
 
-OPERATOR_COMMANDS = ("jobs", "analyze", "request-analysis")
+OPERATOR_COMMANDS = ("jobs", "analyze", "request-analysis", "storage")
 """Commands whose output is for a person: their logging defaults to WARNING."""
 LONG_RUNNING = ("run-worker", "demo")
 """Commands that stop gracefully on a signal (`GracefulStop`); the others are interrupted."""
@@ -114,6 +114,8 @@ def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
         return import_pages_command(settings, args)
     if args.command == "demo":
         return demo_command(settings, args.timeout)
+    if args.command == "storage":
+        return storage_copy_command(settings, args)
     if args.command in OPERATOR_COMMANDS:
         engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
         try:
@@ -265,6 +267,34 @@ def _print_skipped(skipped: Sequence[SkippedFile], *, file: TextIO) -> None:
         print(f"  {entry.file}: {entry.reason}", file=file)
 
 
+def storage_copy_command(settings: Settings, args: argparse.Namespace) -> int:
+    """`storage copy`: the pages' images from a folder into a bucket; 0 when all are there."""
+    from manga_page_analysis.cli.storage_copy import copy_store
+    from manga_page_analysis.storage import LocalStorage
+    from manga_page_analysis.storage.s3 import S3Storage
+
+    to = args.to or settings.storage_url
+    if not to:
+        print("error: give --to s3://bucket/prefix, or set STORAGE_URL", file=sys.stderr)
+        return EXIT_USAGE
+    source = LocalStorage(args.source or settings.storage_root)
+    if not source.root.is_dir():
+        print(f"error: {source.root} is not a folder (--from, STORAGE_ROOT)", file=sys.stderr)
+        return EXIT_FAILED
+    target = S3Storage(to, max_pool_connections=args.jobs)
+    engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
+    try:
+        report = copy_store(engine, source, target, jobs=args.jobs)
+    finally:
+        engine.dispose()
+    print(
+        f"storage copy {source.root} -> {target.location}: {report.copied} copied, "
+        f"{report.present} already there, {report.missing} missing from the folder, "
+        f"{report.failed} failed"
+    )
+    return 0 if report.complete else EXIT_FAILED
+
+
 def demo_command(settings: Settings, timeout: float) -> int:
     from manga_page_analysis.cli.demo import run_demo
     from manga_page_analysis.migrations import upgrade_head
@@ -355,7 +385,7 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
                     "%d worker(s), job timeout %.0f s",
                     _safe_url(url),
                     _analyzer_label(settings),
-                    settings.storage_root.resolve(),
+                    settings.storage_url or settings.storage_root.resolve(),
                     settings.analysis_workers,
                     settings.job_timeout_seconds,
                 )

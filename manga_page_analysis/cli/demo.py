@@ -7,7 +7,6 @@ every run shows the worker at work and the database keeps one copy.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import uuid
@@ -28,6 +27,7 @@ from manga_page_analysis.config import DEFAULT_VISION_URL, Settings
 from manga_page_analysis.models import Chapter, Job, Manga, Page, PageAnalysis
 from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, request_analysis
+from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.worker.events import JobEvent
 
 
@@ -56,7 +56,7 @@ def run_demo(
     The database must be migrated. Worker threads are stopped and joined before returning.
     """
     say = partial(print, flush=True)
-    pages, reused = _prepare_pages(engine, settings.storage_root)
+    pages, reused = _prepare_pages(engine, open_storage(settings))
     say(
         f"{'Reusing' if reused else 'Imported'} {SAMPLE_TITLE!r}: {len(pages)} page(s) from "
         f"{SAMPLE_FOLDER}; analysis requested{' again (force)' if reused else ''}."
@@ -164,7 +164,7 @@ class _Progress:
         return not active
 
 
-def _prepare_pages(engine: Engine, storage_root: Path) -> tuple[dict[uuid.UUID, int], bool]:
+def _prepare_pages(engine: Engine, storage: Storage) -> tuple[dict[uuid.UUID, int], bool]:
     """The demo's pages (id -> number, in page order), and whether they were reused."""
     images = sorted(p for p in SAMPLE_FOLDER.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     with engine.begin() as conn:
@@ -182,17 +182,17 @@ def _prepare_pages(engine: Engine, storage_root: Path) -> tuple[dict[uuid.UUID, 
         ).all()
         if chapter_id is not None and len(existing) == len(images):
             for (page_id, _number, key), image in zip(existing, images, strict=True):
-                # STORAGE_ROOT may have changed since the first run: put the image back.
-                target = storage_root / key
-                if not target.is_file():
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    shutil.copyfile(image, target)
+                # The store (STORAGE_ROOT, STORAGE_URL) may have changed since the first
+                # run: put the image back.
+                storage.write_bytes(
+                    key, image.read_bytes(), content_type=IMAGE_SUFFIXES[image.suffix.lower()]
+                )
                 request_analysis(conn, page_id, force=True)
             return {page_id: number for page_id, number, _key in existing}, True
     # A sample manga with another number of pages (the samples changed): a fresh copy.
     result = import_folder(
         engine,
-        storage_root,
+        storage,
         SAMPLE_FOLDER,
         title=SAMPLE_TITLE,
         chapter=SAMPLE_CHAPTER,
@@ -244,7 +244,7 @@ def _where(settings: Settings, database_label: str) -> list[str]:
             f"             embedded Postgres, data in {(settings.dev_dir / 'pgdata').resolve()}"
         )
     lines += [
-        f"Page images: {settings.storage_root.resolve()}",
+        f"Page images: {settings.storage_url or settings.storage_root.resolve()}",
         "Run again:   make demo (analyses the same pages again); a long-running worker:",
         "             make run-worker",
         "A real model server (tags, description, NSFW verdict): start an OpenAI-compatible",

