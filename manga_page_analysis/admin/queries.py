@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime
 from typing import Any, Final, cast
 
-from sqlalchemy import ColumnElement, Table, select, tuple_
+from sqlalchemy import ColumnElement, Select, Table, select, tuple_, union_all
 
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.admin.retry import check_kind
@@ -22,7 +22,7 @@ from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import BadRequest, Conflict, NotFound
 from manga_page_analysis.models import JOB_STATES, Page, PageAnalysis
 from manga_page_analysis.queue.requests import request_analysis
-from manga_page_analysis.queue.table import KIND, jobs, payload_field
+from manga_page_analysis.queue.table import KIND, jobs, payload_field, text_literal
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
@@ -120,20 +120,33 @@ def list_jobs(
     position = decode_cursor(cursor) if cursor else None
 
     conditions: list[ColumnElement[bool]] = []
-    if state is not None:
-        conditions.append(jobs.c.state == state)
     if kind is not None:
         conditions.append(payload_field("kind") == kind)
     if position is not None:
         conditions.append(tuple_(jobs.c.updated_at, jobs.c.id) < tuple_(*position))
-    # One more row than asked tells whether another page exists.
-    page = (
-        select(*jobs.c, KIND.label("kind"))
-        .where(*conditions)
-        .order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())
-        .limit(limit + 1)
-        .cte("page")
-    )
+
+    def newest(of_state: str) -> Select[Any]:
+        # One more row than asked tells whether another page exists. A literal
+        # state: each branch walks its own range of the (state, [kind,]
+        # updated_at, id) indexes of migration 0006 and stops after limit + 1 rows.
+        return (
+            select(*jobs.c, KIND.label("kind"))
+            .where(jobs.c.state == text_literal(of_state), *conditions)
+            .order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())
+            .limit(limit + 1)
+        )
+
+    if state is not None:
+        page = newest(state).cte("page")
+    else:
+        # Every state: the newest of each state, merged (no index leads with updated_at).
+        merged = union_all(*(newest(each) for each in JOB_STATES)).subquery("merged")
+        page = (
+            select(merged)
+            .order_by(merged.c.updated_at.desc(), merged.c.id.desc())
+            .limit(limit + 1)
+            .cte("page")
+        )
     rows = conn.execute(with_labels(page)).all()
     more = len(rows) > limit
     rows = rows[:limit]
