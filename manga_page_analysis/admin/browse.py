@@ -3,7 +3,8 @@ and one page's view (its analysis, its jobs) and image.
 
 A page is in exactly one of four states, first match wins: `queued` (an
 `analyze_page` job for it is pending or running), `analysed` (its analysis is
-`done`), `failed` (its analysis failed), `never_requested`. A chapter's or a
+`done`), `failed` (its analysis failed, or a job for it is dead),
+`never_requested`. A chapter's or a
 manga's `progress` counts its pages by state.
 """
 
@@ -60,11 +61,22 @@ def _queued() -> ColumnElement[bool]:
     )
 
 
+def _dead() -> ColumnElement[bool]:
+    # A job that died without writing an analysis (cancelled, or written by
+    # another writer): the page was requested and failed. The page_id index.
+    return exists().where(
+        KIND == text_literal(KIND_ANALYZE_PAGE),  # noqa: SIM300  (as the index spells it)
+        payload_field("page_id") == sql_cast(pages.c.id, Text),
+        jobs.c.state == text_literal("dead"),
+    )
+
+
 def _status() -> ColumnElement[str]:
     return case(
         (_queued(), "queued"),
         (analyses.c.status == "done", "analysed"),
         (analyses.c.status == "failed", "failed"),
+        (_dead(), "failed"),
         else_="never_requested",
     )
 

@@ -32,7 +32,7 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.models import Chapter, Manga, Page
 from manga_page_analysis.queue import request_analysis
 from manga_page_analysis.storage import LocalStorage
-from tests.helpers import wait_until
+from tests.helpers import insert_raw_job, wait_until
 from tests.integration.test_admin_page import (  # noqa: F401  (the browser fixture)
     DOM_TIMEOUT,
     _screenshot,
@@ -74,7 +74,21 @@ def _seed(engine: Engine, storage_root: Path) -> dict[str, Any]:
                 ).scalar_one()
             )
         job_id = request_analysis(conn, pages[1])
-    return {"manga": manga_id, "chapter": chapter_id, "pages": pages, "job": job_id}
+        dead_job = insert_raw_job(
+            conn,
+            {"kind": "analyze_page", "page_id": str(pages[0]), "force": False},
+            state="dead",
+            attempts=5,
+            max_attempts=5,
+            last_error="vision server answered 503 Service Unavailable: model is loading",
+        )
+    return {
+        "manga": manga_id,
+        "chapter": chapter_id,
+        "pages": pages,
+        "job": job_id,
+        "dead_job": dead_job,
+    }
 
 
 @contextmanager
@@ -183,11 +197,29 @@ def exercise_the_views(
     wait.until(lambda _: find("#page-title").text == "Sample manga ch. 1 p. 2")
     wait.until(lambda _: find("#view-page").get_attribute("aria-busy") == "false")
 
+    # A job looked up by id: its error, Retry (dead -> pending, due now), then Cancel.
+    find("#lookup-id").send_keys(str(seeded["dead_job"]) + "\n")
+    wait.until(lambda _: find("#job-crumb").text == str(seeded["dead_job"]))
+    wait.until(lambda _: find("#view-job").get_attribute("aria-busy") == "false")
+    assert "model is loading" in find('#job-body dd[data-field="last-error"]').text
+    assert find('#job-body dd[data-field="attempts"]').text == "5 of 5"
+    _screenshot(browser, f"{prefix}_job_view_dead.png")
+    find("#job-retry").click()
+    wait.until(lambda _: find('#job-body dd[data-field="state"]').text == "pending")
+    assert find('#job-body [data-testid="due"]').text == "(due now)"
+    assert find("#job-message").text == "Moved back to pending."
+    assert _job_state(engine, seeded["dead_job"]) == "pending"
+    find("#job-cancel").click()
+    wait.until(lambda _: find('#job-body dd[data-field="state"]').text == "dead")
+    assert "cancelled by an admin" in find('#job-body dd[data-field="last-error"]').text
+    assert _job_state(engine, seeded["dead_job"]) == "dead"
+
     # The library: manga -> chapter (with its progress) -> a page.
     find('nav.views a[data-nav="library"]').click()
     manga_row = f'tr[data-manga-id="{seeded["manga"]}"]'
     wait.until(lambda _: present(manga_row))
-    assert "1 analysed · 0 failed · 0 queued · 1 never requested" in find(manga_row).text
+    # Page 1's only job is dead (cancelled): it counts as failed.
+    assert "1 analysed · 1 failed · 0 queued · 0 never requested" in find(manga_row).text
     find(f"{manga_row} a").click()
     chapter_row = f'tr[data-chapter-id="{seeded["chapter"]}"]'
     wait.until(lambda _: present(chapter_row))

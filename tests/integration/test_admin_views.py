@@ -208,8 +208,8 @@ def test_every_listing_filter_reads_an_index_not_the_table(engine: Engine) -> No
 
 
 def test_mangas_chapters_and_pages_with_progress(client: Any, engine: Engine) -> None:
-    seeded = _chapter(engine, 5)
-    analysed, failed, queued, forced, _never = seeded["pages"]
+    seeded = _chapter(engine, 6)
+    analysed, failed, queued, forced, _never, died = seeded["pages"]
     with engine.begin() as conn:
         insert_done_analysis(conn, analysed)
         insert_done_analysis(conn, forced)
@@ -221,7 +221,9 @@ def test_mangas_chapters_and_pages_with_progress(client: Any, engine: Engine) ->
         )
         enqueue(conn, AnalyzePage(page_id=queued))
         enqueue(conn, AnalyzePage(page_id=forced, force=True))  # being analysed again
-    expected = {"analysed": 1, "failed": 1, "queued": 2, "never_requested": 1}
+        # Its job died without an analysis (cancelled, say): failed, not never requested.
+        insert_raw_job(conn, {"kind": "analyze_page", "page_id": str(died)}, state="dead")
+    expected = {"analysed": 1, "failed": 2, "queued": 2, "never_requested": 1}
 
     mangas = _get(client, "mangas")
     assert mangas["next_cursor"] is None
@@ -230,11 +232,11 @@ def test_mangas_chapters_and_pages_with_progress(client: Any, engine: Engine) ->
         "id": str(seeded["manga"]),
         "title": "Frieren",
         "chapters": 2,
-        "pages": 5,
+        "pages": 6,
         "progress": expected,
     }
     chapters = _get(client, f"mangas/{seeded['manga']}")["chapters"]
-    assert [(c["number"], c["pages"]) for c in chapters] == [("1", 5), ("10.5", 0)]
+    assert [(c["number"], c["pages"]) for c in chapters] == [("1", 6), ("10.5", 0)]
     assert chapters[0]["progress"] == expected
     assert chapters[1]["progress"] == dict.fromkeys(expected, 0)
 
@@ -248,6 +250,7 @@ def test_mangas_chapters_and_pages_with_progress(client: Any, engine: Engine) ->
         (3, "queued"),
         (4, "queued"),
         (5, "never_requested"),
+        (6, "failed"),
     ]
     for route in ("mangas", "chapters"):
         _error(client.get(f"{PREFIX}/api/{route}/{uuid.uuid4()}", headers=AUTH), 404)
