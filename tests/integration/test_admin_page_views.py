@@ -150,6 +150,7 @@ def exercise_the_views(
     vision_server: Any,
     prefix: str,
 ) -> None:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -161,10 +162,29 @@ def exercise_the_views(
     blocks = _blocks(engine, sample_page)
     assert len(blocks) >= 3, blocks  # 002.png has five lines of dialogue
 
-    wait = WebDriverWait(browser, DOM_TIMEOUT)
+    # Views redraw live: an element found may be replaced before it is read.
+    wait = WebDriverWait(browser, DOM_TIMEOUT, ignored_exceptions=(StaleElementReferenceException,))
 
     def find(css: str) -> Any:
         return browser.find_element(By.CSS_SELECTOR, css)
+
+    def text_of(css: str) -> str:
+        """The element's text, read in one step (no stale reference in between)."""
+        return str(
+            browser.execute_script(
+                "const e = document.querySelector(arguments[0]); return e ? e.innerText : '';", css
+            )
+        )
+
+    def classes(css: str) -> str:
+        return str(
+            browser.execute_script(
+                "const e = document.querySelector(arguments[0]); return e ? e.className : '';", css
+            )
+        )
+
+    def click(css: str) -> None:
+        wait.until(lambda _: find(css).click() or True)
 
     def present(css: str) -> bool:
         return bool(browser.find_elements(By.CSS_SELECTOR, css))
@@ -182,52 +202,54 @@ def exercise_the_views(
     assert len(refused) <= 1, refused
 
     # Jobs: the list, then a job opened from it, then its page.
-    find('nav.views a[data-nav="jobs"]').click()
+    click('nav.views a[data-nav="jobs"]')
     job_link = f'#jobs-body tr[data-job-id="{seeded["job"]}"] a'
     wait.until(lambda _: present(job_link))
-    assert find(job_link).text == "Sample manga ch. 1 p. 2"
-    find(job_link).click()
+    assert text_of(job_link) == "Sample manga ch. 1 p. 2"
+    click(job_link)
     wait.until(lambda _: find("#view-job").get_attribute("aria-busy") == "false")
-    assert find("#job-title").text == "Sample manga ch. 1 p. 2"
-    assert find('#job-body dd[data-field="state"]').text == "done"
-    assert find('#job-body dd[data-field="attempts"]').text == "1 of 5"
-    assert f'"page_id": "{sample_page}"' in find('#job-body dd[data-field="payload"]').text
+    assert text_of("#job-title") == "Sample manga ch. 1 p. 2"
+    assert text_of('#job-body dd[data-field="state"]') == "done"
+    assert text_of('#job-body dd[data-field="attempts"]') == "1 of 5"
+    assert f'"page_id": "{sample_page}"' in text_of('#job-body dd[data-field="payload"]')
     _screenshot(browser, f"{prefix}_job_view.png")
-    find("#job-page-link").click()
-    wait.until(lambda _: find("#page-title").text == "Sample manga ch. 1 p. 2")
+    click("#job-page-link")
+    wait.until(lambda _: text_of("#page-title") == "Sample manga ch. 1 p. 2")
     wait.until(lambda _: find("#view-page").get_attribute("aria-busy") == "false")
 
     # A job looked up by id: its error, Retry (dead -> pending, due now), then Cancel.
     find("#lookup-id").send_keys(str(seeded["dead_job"]) + "\n")
-    wait.until(lambda _: find("#job-crumb").text == str(seeded["dead_job"]))
+    wait.until(lambda _: text_of("#job-crumb") == str(seeded["dead_job"]))
     wait.until(lambda _: find("#view-job").get_attribute("aria-busy") == "false")
-    assert "model is loading" in find('#job-body dd[data-field="last-error"]').text
-    assert find('#job-body dd[data-field="attempts"]').text == "5 of 5"
+    assert "model is loading" in text_of('#job-body dd[data-field="last-error"]')
+    assert text_of('#job-body dd[data-field="attempts"]') == "5 of 5"
     _screenshot(browser, f"{prefix}_job_view_dead.png")
-    find("#job-retry").click()
-    wait.until(lambda _: find('#job-body dd[data-field="state"]').text == "pending")
-    assert find('#job-body [data-testid="due"]').text == "(due now)"
-    assert find("#job-message").text == "Moved back to pending."
+    click("#job-retry")
+    wait.until(lambda _: text_of('#job-body dd[data-field="state"]') == "pending")
+    assert text_of('#job-body [data-testid="due"]') == "(due now)"
+    assert text_of("#job-message") == "Moved back to pending."
     assert _job_state(engine, seeded["dead_job"]) == "pending"
-    find("#job-cancel").click()
-    wait.until(lambda _: find('#job-body dd[data-field="state"]').text == "dead")
-    assert "cancelled by an admin" in find('#job-body dd[data-field="last-error"]').text
+    click("#job-cancel")
+    wait.until(lambda _: text_of('#job-body dd[data-field="state"]') == "dead")
+    assert "cancelled by an admin" in text_of('#job-body dd[data-field="last-error"]')
     assert _job_state(engine, seeded["dead_job"]) == "dead"
 
     # The library: manga -> chapter (with its progress) -> a page.
-    find('nav.views a[data-nav="library"]').click()
+    click('nav.views a[data-nav="library"]')
     manga_row = f'tr[data-manga-id="{seeded["manga"]}"]'
     wait.until(lambda _: present(manga_row))
     # Page 1's only job is dead (cancelled): it counts as failed.
-    assert "1 analysed · 1 failed · 0 queued · 0 never requested" in find(manga_row).text
-    find(f"{manga_row} a").click()
+    assert "1 analysed · 1 failed · 0 queued · 0 never requested" in text_of(manga_row)
+    click(f"{manga_row} a")
     chapter_row = f'tr[data-chapter-id="{seeded["chapter"]}"]'
     wait.until(lambda _: present(chapter_row))
-    find(f"{chapter_row} a").click()
+    _screenshot(browser, f"{prefix}_manga_view.png")
+    click(f"{chapter_row} a")
     tile = f'#chapter-body a[data-page-id="{sample_page}"]'
     wait.until(lambda _: present(tile))
-    assert find(tile).text.split() == ["p.", "2", "analysed"]
-    find(tile).click()
+    _screenshot(browser, f"{prefix}_chapter_view.png")
+    assert text_of(tile).split() == ["p.", "2", "analysed"]
+    click(tile)
     wait.until(lambda _: find("#view-page").get_attribute("aria-busy") == "false")
 
     # The page: its image, and a numbered box over every text block, where the text is.
@@ -262,22 +284,22 @@ def exercise_the_views(
     assert shown["lines"] == [block["text"] for block in blocks]
 
     # Selecting a box highlights its line; hovering a line highlights its box.
-    find('#page-boxes .box[data-index="1"]').click()
-    assert "selected" in find('#page-blocks li[data-index="1"]').get_attribute("class")
-    assert "selected" in find('#page-boxes .box[data-index="1"]').get_attribute("class")
+    click('#page-boxes .box[data-index="1"]')
+    assert "selected" in classes('#page-blocks li[data-index="1"]')
+    assert "selected" in classes('#page-boxes .box[data-index="1"]')
     ActionChains(browser).move_to_element(find('#page-blocks li[data-index="2"]')).perform()
-    wait.until(lambda _: "hl" in find('#page-boxes .box[data-index="2"]').get_attribute("class"))
-    assert "hl" not in find('#page-boxes .box[data-index="0"]').get_attribute("class")
+    wait.until(lambda _: "hl" in classes('#page-boxes .box[data-index="2"]'))
+    assert "hl" not in classes('#page-boxes .box[data-index="0"]')
     _screenshot(browser, f"{prefix}_page_view.png")
 
     # Analyse again (forced): a worker answers with other text; the view follows live.
-    assert find("#page-jobs tbody").text.count("done") == 1
+    assert text_of("#page-jobs tbody").count("done") == 1
     vision_server.script(ok_answer(analysis_content(ocr_text=SECOND_READING, tags=["station"])))
     with _runner(engine, storage_root, vision_url=vision_server.url):
-        find("#analyse-again").click()
-        wait.until(lambda _: find("#page-message").text == "Analysed again just now.")
-        wait.until(lambda _: SECOND_READING in find("#page-side").text)
-    assert "station" in find("#page-side").text and "test-model" in find("#page-side").text
+        click("#analyse-again")
+        wait.until(lambda _: text_of("#page-message") == "Analysed again just now.")
+        wait.until(lambda _: SECOND_READING in text_of("#page-side"))
+    assert "station" in text_of("#page-side") and "test-model" in text_of("#page-side")
     assert not present("#page-boxes .box")  # the vision server gives no positions
     wait.until(lambda _: len(browser.find_elements(By.CSS_SELECTOR, "#page-jobs tbody tr")) == 2)
     _screenshot(browser, f"{prefix}_page_view_after_force.png")
