@@ -123,10 +123,22 @@ class Job(Base):
         ),
         # reclaim_orphaned and the lease's expired arm: running rows by lease expiry.
         _partial("ix_crawler_jobs_running_leased_until", "leased_until", where="state = 'running'"),
-        # reap_done by age.
-        _partial("ix_crawler_jobs_done_updated_at", "updated_at", where="state = 'done'"),
-        # The dead-job listing (admin page, `jobs list --state dead`), newest first.
-        _partial("ix_crawler_jobs_dead_updated_at", "updated_at", "id", where="state = 'dead'"),
+        # The admin's job listing by state and kind, newest first, and reap_done
+        # by age (migration 0008); a page's analyze_page jobs.
+        Index("ix_crawler_jobs_state_updated_at", "state", "updated_at", "id"),
+        Index(
+            "ix_crawler_jobs_state_kind_updated_at",
+            "state",
+            text("(payload ->> 'kind')"),
+            "updated_at",
+            "id",
+        ),
+        _partial(
+            "ix_crawler_jobs_analyze_page_id",
+            text("(payload ->> 'page_id')"),
+            "created_at",
+            where="(payload ->> 'kind') = 'analyze_page'",
+        ),
         *(
             _partial(
                 name,

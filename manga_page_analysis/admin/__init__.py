@@ -1,10 +1,20 @@
-"""Framework-neutral admin queries and actions: stats, job listings, retry, labels.
+"""Framework-neutral admin queries and actions: stats, jobs (listing, view, retry,
+cancel), labels, and browsing mangas -> chapters -> pages.
 
 Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
 executes on it and never commits or rolls back. The Flask and Django
 adapters (`manga_page_analysis.web`) and the operator commands (`manga_page_analysis.cli`) are built on it.
 """
 
+from manga_page_analysis.admin.browse import (
+    PAGE_STATES,
+    get_chapter,
+    get_manga,
+    get_page,
+    get_page_image,
+    list_mangas,
+)
+from manga_page_analysis.admin.jobs import CANCELLED_ERROR, cancel_job, get_job
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.admin.queries import (
     DEFAULT_LIMIT,
@@ -24,20 +34,29 @@ from manga_page_analysis.errors import AdminError, BadRequest, Conflict, NotFoun
 from manga_page_analysis.queue.stats import queue_stats
 
 __all__ = [
+    "CANCELLED_ERROR",
     "DEFAULT_LIMIT",
     "MAX_BODY_BYTES",
     "MAX_LIMIT",
+    "PAGE_STATES",
     "AdminError",
     "BadRequest",
     "Conflict",
     "NotFound",
     "RetryReport",
+    "cancel_job",
     "check_kind",
     "decode_cursor",
     "encode_cursor",
+    "get_chapter",
+    "get_job",
+    "get_manga",
+    "get_page",
     "get_page_analysis",
+    "get_page_image",
     "label",
     "list_jobs",
+    "list_mangas",
     "parse_force_body",
     "parse_json",
     "parse_limit",

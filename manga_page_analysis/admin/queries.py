@@ -14,7 +14,7 @@ import uuid
 from datetime import datetime
 from typing import Any, Final, cast
 
-from sqlalchemy import ColumnElement, Table, or_, select, tuple_
+from sqlalchemy import ColumnElement, Select, Table, or_, select, tuple_, union_all
 
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.admin.request_json import parse_json
@@ -24,7 +24,7 @@ from manga_page_analysis.errors import BadRequest, Conflict, NoSuchPage, NotFoun
 from manga_page_analysis.models import JOB_STATES, PageAnalysis
 from manga_page_analysis.queue.requests import request_analysis
 from manga_page_analysis.queue.stats import UNKNOWN_KIND
-from manga_page_analysis.queue.table import KIND, jobs, payload_field
+from manga_page_analysis.queue.table import KIND, jobs, payload_field, text_literal
 
 DEFAULT_LIMIT: Final = 50
 MAX_LIMIT: Final = 500
@@ -135,8 +135,6 @@ def list_jobs(
     position = decode_cursor(cursor) if cursor else None
 
     conditions: list[ColumnElement[bool]] = []
-    if state is not None:
-        conditions.append(jobs.c.state == state)
     row_kind = payload_field("kind")
     if kind == UNKNOWN_KIND:
         # The stats' bucket: rows with no kind at all count there, so they list here.
@@ -145,14 +143,29 @@ def list_jobs(
         conditions.append(row_kind == kind)
     if position is not None:
         conditions.append(tuple_(jobs.c.updated_at, jobs.c.id) < tuple_(*position))
-    # One more row than asked tells whether another page exists.
-    page = (
-        select(*jobs.c, KIND.label("kind"))
-        .where(*conditions)
-        .order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())
-        .limit(limit + 1)
-        .cte("page")
-    )
+
+    def newest(of_state: str) -> Select[Any]:
+        # One more row than asked tells whether another page exists. A literal
+        # state: each branch walks its own range of the (state, [kind,]
+        # updated_at, id) indexes of migration 0008 and stops after limit + 1 rows.
+        return (
+            select(*jobs.c, KIND.label("kind"))
+            .where(jobs.c.state == text_literal(of_state), *conditions)
+            .order_by(jobs.c.updated_at.desc(), jobs.c.id.desc())
+            .limit(limit + 1)
+        )
+
+    if state is not None:
+        page = newest(state).cte("page")
+    else:
+        # Every state: the newest of each state, merged (no index leads with updated_at).
+        merged = union_all(*(newest(each) for each in JOB_STATES)).subquery("merged")
+        page = (
+            select(merged)
+            .order_by(merged.c.updated_at.desc(), merged.c.id.desc())
+            .limit(limit + 1)
+            .cte("page")
+        )
     rows = conn.execute(with_labels(page)).all()
     more = len(rows) > limit
     rows = rows[:limit]

@@ -72,6 +72,13 @@ class PageAnalysisHandler:
             "page_number": page.page_number,
         }
 
+    def skipped_breadcrumb(self, lease: Lease) -> Mapping[str, Any] | None:
+        """A skipped job (the page is already analysed and the job not forced, or
+        the page is gone) names its page: the admin page's counts and views
+        learn that it ended."""
+        payload = lease.payload
+        return {"page_id": payload.page_id} if isinstance(payload, AnalyzePage) else None
+
     def log_fields(self, page: PageContext) -> Mapping[str, Any]:
         return {"page_id": str(page.page_id)}
 

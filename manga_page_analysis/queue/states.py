@@ -382,3 +382,18 @@ def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
 def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     """Dead jobs (of `kind`, if given), most recently updated first."""
     return list(run(conn, _DEAD_IDS, {"kind": kind}).scalars())
+
+
+_CANCEL_PENDING: Final = (
+    "UPDATE crawler_jobs SET state = 'dead', last_error = %(reason)s, "
+    "leased_until = NULL, updated_at = now() "
+    "WHERE id = ANY(%(ids)s::uuid[]) AND state = 'pending' RETURNING id"
+)
+
+
+def cancel_pending(conn: Conn, job_ids: Iterable[uuid.UUID], reason: str) -> set[uuid.UUID]:
+    """Move the pending jobs among `job_ids` to `dead` with `reason` as their
+    `last_error` (a dead job can be retried, so a cancel can be undone);
+    returns the ids moved. A job that is not pending (a worker took it) is left."""
+    params = {"ids": sorted(set(job_ids)), "reason": truncated(reason, LAST_ERROR_MAX_CHARS)}
+    return set(run(conn, _CANCEL_PENDING, params).scalars())

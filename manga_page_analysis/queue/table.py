@@ -22,7 +22,7 @@ LAST_ERROR_MAX_CHARS: Final = 4000
 WAKEUP_CHANNEL: Final = "crawler_jobs_wakeup"
 """The `NOTIFY` channel on which due jobs announce themselves (payload: their
 kinds, each cut to `WAKEUP_KIND_CHARS`, comma-separated; empty: any kind); sent
-by triggers (migrations 0003 and 0006), at commit."""
+by triggers (migrations 0003 and 0007), at commit."""
 WAKEUP_KIND_CHARS: Final = 63
 """A kind in a wake-up payload is cut to this many characters: `pg_notify`
 refuses 8000 bytes, and hosts define kinds of any length."""

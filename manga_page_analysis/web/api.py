@@ -20,8 +20,10 @@ from sqlalchemy.exc import OperationalError
 
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
+from manga_page_analysis.config import Settings
 from manga_page_analysis.errors import truncated
 from manga_page_analysis.observability.terminal import visible
+from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.events import EventStream, EventStreams, EventsUnavailable
 
@@ -61,11 +63,12 @@ class ApiRequest:
 
 @dataclass(frozen=True, slots=True)
 class ApiResponse:
-    """What to answer. `content` is JSON or the page's HTML, or for `api/events`
-    an `EventStream` the adapter streams and the server closes."""
+    """What to answer. `content` is JSON or the page's HTML, a page's image
+    (bytes), or for `api/events` an `EventStream` the adapter streams and the
+    server closes."""
 
     status: int
-    content: str | EventStream
+    content: str | bytes | EventStream
     content_type: str = "application/json"
     headers: Mapping[str, str] = field(default_factory=dict)
 
@@ -98,11 +101,33 @@ def page_response(method: str, html: str) -> ApiResponse:
 
 class AdminApi:
     """The admin API of one mount: the engine of its queries (a callable, so a
-    host may hand `lambda: db.engine`) and its event streams."""
+    host may hand `lambda: db.engine`), its event streams, and where page
+    images are read (`storage`; by default the store `Settings` configure,
+    built on the first image asked for) with their size cap (`max_image_bytes`;
+    by default `MAX_IMAGE_BYTES`)."""
 
-    def __init__(self, engine: Callable[[], Engine], streams: EventStreams) -> None:
+    def __init__(
+        self,
+        engine: Callable[[], Engine],
+        streams: EventStreams,
+        *,
+        storage: Storage | None = None,
+        max_image_bytes: int | None = None,
+    ) -> None:
         self.engine = engine
         self.streams = streams
+        self._storage = storage
+        self._max_image_bytes = max_image_bytes
+
+    def image_store(self) -> tuple[Storage, int]:
+        """The storage of page images and the cap on one image's bytes."""
+        if self._storage is None or self._max_image_bytes is None:
+            settings = Settings()
+            if self._storage is None:
+                self._storage = open_storage(settings)
+            if self._max_image_bytes is None:
+                self._max_image_bytes = settings.max_image_bytes
+        return self._storage, self._max_image_bytes
 
     def handle(self, route: Route, request: ApiRequest) -> ApiResponse:
         """Answer `request` on `route`: the method (HEAD is GET; else 405, before
@@ -181,6 +206,53 @@ def _retry(api: AdminApi, request: ApiRequest) -> ApiResponse:
     return json_response(body)
 
 
+def _job(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    job_id = admin.parse_uuid(request.params["job_id"], "job id")
+    with api.engine().connect() as conn:
+        return json_response(admin.get_job(conn, job_id))
+
+
+def _cancel(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    job_id = admin.parse_uuid(request.params["job_id"], "job id")
+    with api.engine().begin() as conn:
+        return json_response(admin.cancel_job(conn, job_id, who=request.access.who))
+
+
+def _mangas(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    limit = admin.parse_limit(request.query.get("limit"))
+    cursor = request.query.get("cursor") or None
+    with api.engine().connect() as conn:
+        return json_response(admin.list_mangas(conn, limit=limit, cursor=cursor))
+
+
+def _manga(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    manga_id = admin.parse_uuid(request.params["manga_id"], "manga id")
+    with api.engine().connect() as conn:
+        return json_response(admin.get_manga(conn, manga_id))
+
+
+def _chapter(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    chapter_id = admin.parse_uuid(request.params["chapter_id"], "chapter id")
+    with api.engine().connect() as conn:
+        return json_response(admin.get_chapter(conn, chapter_id))
+
+
+def _page(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    page_id = admin.parse_uuid(request.params["page_id"], "page id")
+    with api.engine().connect() as conn:
+        return json_response(admin.get_page(conn, page_id))
+
+
+def _image(api: AdminApi, request: ApiRequest) -> ApiResponse:
+    page_id = admin.parse_uuid(request.params["page_id"], "page id")
+    storage, max_bytes = api.image_store()
+    with api.engine().connect() as conn:
+        data, content_type = admin.get_page_image(conn, storage, page_id, max_bytes=max_bytes)
+    # nosniff: what is not an image is served as bytes and stays bytes.
+    headers = {"Cache-Control": "private, no-cache", "X-Content-Type-Options": "nosniff"}
+    return ApiResponse(200, data, content_type, headers)
+
+
 def _get_analysis(api: AdminApi, request: ApiRequest) -> ApiResponse:
     page_id = admin.parse_uuid(request.params["page_id"], "page id")
     with api.engine().connect() as conn:
@@ -215,6 +287,13 @@ ROUTES: Final = (
     Route("jobs", "api/jobs", {"GET": _jobs}),
     # Any string, not a UUID converter: a malformed id gets the API's JSON 400.
     Route("retry", "api/jobs/<job_id>/retry", {"POST": _retry}),
+    Route("job-cancel", "api/jobs/<job_id>/cancel", {"POST": _cancel}),
+    Route("job", "api/jobs/<job_id>", {"GET": _job}),
+    Route("mangas", "api/mangas", {"GET": _mangas}),
+    Route("manga", "api/mangas/<manga_id>", {"GET": _manga}),
+    Route("chapter", "api/chapters/<chapter_id>", {"GET": _chapter}),
+    Route("page-view", "api/pages/<page_id>", {"GET": _page}),
+    Route("page-image", "api/pages/<page_id>/image", {"GET": _image}),
     Route(
         "page-analysis",
         "api/pages/<page_id>/analysis",

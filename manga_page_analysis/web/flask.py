@@ -13,6 +13,7 @@ from sqlalchemy import Engine
 
 from manga_page_analysis.analysis.events import analysis_channel
 from manga_page_analysis.db import connect_kwargs
+from manga_page_analysis.storage import Storage
 from manga_page_analysis.web.api import (
     ALL_METHODS,
     ROUTES,
@@ -40,6 +41,8 @@ def admin_blueprint(
     name: str = "page_analysis_admin",
     max_event_streams: int = DEFAULT_MAX_STREAMS,
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
+    storage: Storage | None = None,
+    max_image_bytes: int | None = None,
 ) -> Blueprint:
     """The admin blueprint; every keyword is in docs/embedding.md.
 
@@ -55,7 +58,7 @@ def admin_blueprint(
         keepalive_seconds=keepalive_seconds,
         channel=lambda: analysis_channel(get_engine()),
     )
-    api = AdminApi(get_engine, streams)
+    api = AdminApi(get_engine, streams, storage=storage, max_image_bytes=max_image_bytes)
     blueprint = Blueprint(name, __name__)
     blueprint.event_streams = streams  # type: ignore[attr-defined]  # for hosts and tests
 

@@ -23,7 +23,7 @@ logger = logging.getLogger(__name__)
 NOTIFY_MAX_BYTES: Final = 7900
 """Postgres refuses `NOTIFY` payloads of 8000 bytes or more."""
 
-EVENT_TYPES: Final = frozenset({"started", "completed", "failed", "cancelled"})
+EVENT_TYPES: Final = frozenset({"started", "completed", "skipped", "failed", "cancelled"})
 """The types of job event; `JobEvent` refuses any other."""
 
 

@@ -65,6 +65,12 @@ class JobHandler(Protocol[ItemT, ResultT]):
         """Event fields; `None` suppresses events (never the work)."""
         ...
 
+    def skipped_breadcrumb(self, lease: Lease) -> Mapping[str, Any] | None:
+        """Event fields of a `skipped` event, published when `load` found nothing
+        to do and the job was acked done. Optional: a handler without this
+        method publishes no `skipped` event."""
+        return None
+
     def log_fields(self, item: ItemT) -> Mapping[str, Any]:
         """Fields added to every log line about the job (beside `job_id`, `kind`
         and `attempt`), e.g. the id of its subject. Optional: a handler without

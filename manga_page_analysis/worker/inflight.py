@@ -97,6 +97,13 @@ def new_job(
     job = InFlight(lease, handler, f"job {job_id}", fields, item=item, load_error=load_error)
     if load_error is not None or item is None:
         job.nothing_to_do = load_error is None
+        # Optional (JobHandler): what a `skipped` event of this job says it is about.
+        skipped_breadcrumb = getattr(handler, "skipped_breadcrumb", None)
+        if job.nothing_to_do and skipped_breadcrumb is not None:
+            try:
+                job.breadcrumb = skipped_breadcrumb(lease)
+            except Exception:
+                logger.exception("%s: no breadcrumb; events suppressed for this job", job.label)
         return job
     try:
         job.label = f"{job.label} ({handler.describe(item)})"

@@ -140,6 +140,7 @@ class Outcomes:
                     return
                 self.observe(job, "done")
                 if job.nothing_to_do:
+                    self.publish("skipped", job, attempt=job.lease.attempts)
                     return
                 duration_ms = job.ctx.elapsed_ms() if job.ctx is not None else 0
                 logger.info(

@@ -72,6 +72,13 @@ def nasty_requests(prefix: str) -> list[tuple[str, str, str]]:
         for method, url in [
             ("GET", f"{prefix}/api/jobs?state={value}&kind={value}&limit={value}&cursor={value}"),
             ("POST", f"{prefix}/api/jobs/{value}/retry"),
+            ("POST", f"{prefix}/api/jobs/{value}/cancel"),
+            ("GET", f"{prefix}/api/jobs/{value}"),
+            ("GET", f"{prefix}/api/mangas?limit={value}&cursor={value}"),
+            ("GET", f"{prefix}/api/mangas/{value}"),
+            ("GET", f"{prefix}/api/chapters/{value}"),
+            ("GET", f"{prefix}/api/pages/{value}"),
+            ("GET", f"{prefix}/api/pages/{value}/image"),
             ("GET", f"{prefix}/api/pages/{value}/analysis"),
             ("POST", f"{prefix}/api/pages/{value}/analysis"),
             ("PATCH", f"{prefix}/api/stats?{value}"),

@@ -107,7 +107,8 @@ def _csrf_refusal(request: HttpRequest) -> Refusal | None:
 
 
 def _response(answer: ApiResponse) -> HttpResponseBase:
-    response = HttpResponse if isinstance(answer.content, str) else StreamingHttpResponse
+    # Text and image bytes are answered whole; only the event stream streams.
+    response = HttpResponse if isinstance(answer.content, str | bytes) else StreamingHttpResponse
     return response(
         answer.content,
         status=answer.status,

@@ -1,0 +1,88 @@
+"""One job: its view (`GET api/jobs/<id>`) and cancelling it while it waits.
+
+`manga_page_analysis.admin` re-exports these; every function takes `conn`
+first and never commits.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Any, Final
+
+from sqlalchemy import select
+
+from manga_page_analysis.admin.labels import label, with_labels
+from manga_page_analysis.db import Conn
+from manga_page_analysis.errors import Conflict, NotFound
+from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE
+from manga_page_analysis.queue.states import cancel_pending
+from manga_page_analysis.queue.table import KIND, jobs
+
+logger = logging.getLogger(__name__)
+
+CANCELLED_ERROR: Final = "cancelled by an admin before it ran"
+"""The `last_error` of a job cancelled while pending (it is then `dead`)."""
+
+
+def _iso(value: Any) -> str | None:
+    return None if value is None else str(value.isoformat())
+
+
+def job_summary(row: Any) -> dict[str, Any]:
+    """A job as the listing shows it (`GET api/jobs`): `row` is a `crawler_jobs`
+    row with `kind` and the label columns of `with_labels`."""
+    return {
+        "id": str(row.id),
+        "kind": row.kind,
+        "state": row.state,
+        "attempts": row.attempts,
+        "max_attempts": row.max_attempts,
+        "last_error": row.last_error,
+        "scheduled_at": _iso(row.scheduled_at),
+        "updated_at": _iso(row.updated_at),
+        "label": label(row),
+    }
+
+
+def page_id_of(payload: Any) -> str | None:
+    """The `page_id` of an `analyze_page` payload when it is a UUID, else `None`."""
+    if not isinstance(payload, dict) or payload.get("kind") != KIND_ANALYZE_PAGE:
+        return None
+    try:
+        return str(uuid.UUID(str(payload.get("page_id"))))
+    except ValueError:
+        return None
+
+
+def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
+    """The job's view: the listing's fields plus `payload`, `created_at`,
+    `leased_until` (set while running: when its lease expires unless renewed),
+    and `page_id` (`analyze_page` only, else `None`). `NotFound` for an unknown id."""
+    one = select(*jobs.c, KIND.label("kind")).where(jobs.c.id == job_id).cte("one")
+    row = conn.execute(with_labels(one)).first()
+    if row is None:
+        raise NotFound(f"no job {job_id}")
+    return {
+        **job_summary(row),
+        "payload": row.payload,
+        "created_at": _iso(row.created_at),
+        "leased_until": _iso(row.leased_until),
+        "page_id": page_id_of(row.payload),
+    }
+
+
+def cancel_job(conn: Conn, job_id: uuid.UUID, *, who: str = "an admin") -> dict[str, Any]:
+    """Cancel a pending job: it becomes `dead` with `last_error` saying it was
+    cancelled, so it never runs and Retry can still bring it back. Fenced on
+    `state = 'pending'` in the UPDATE: `Conflict` when the job is not pending
+    (a worker took it meanwhile), `NotFound` for an unknown id."""
+    if job_id not in cancel_pending(conn, [job_id], CANCELLED_ERROR):
+        current = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar_one_or_none()
+        if current is None:
+            raise NotFound(f"no job {job_id}")
+        raise Conflict(
+            f"job {job_id} is {current}, not pending; only pending jobs can be cancelled"
+        )
+    logger.info("job %s cancelled by %s: pending -> dead", job_id, who)
+    return {"id": str(job_id), "state": "dead"}
