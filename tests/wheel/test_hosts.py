@@ -214,13 +214,11 @@ MEGA_TUTORIAL = {
 PAGES_IN = """
     from decimal import Decimal
 
+    from manga_page_analysis.pages import add_page, ensure_chapter, ensure_manga
+
 
     def add_pages(conn, storage, images):
         '''The pages-in API, in the host's transaction: the job id of each image.'''
-        try:
-            from manga_page_analysis.pages import add_page, ensure_chapter, ensure_manga
-        except ImportError:  # until the pages-in API lands (issue 20, part B)
-            from pages_fallback import add_page, ensure_chapter, ensure_manga
         manga_id = ensure_manga(conn, source_id="site", source_key="one-piece", title="One Piece")
         chapter_id = ensure_chapter(conn, manga_id, number=Decimal("1"), title="")
         added = [
@@ -228,40 +226,6 @@ PAGES_IN = """
             for n, data in enumerate(images, start=1)
         ]
         return [str(page.job_id) for page in added]
-"""
-
-PAGES_FALLBACK = """
-    # Stands in for manga_page_analysis.pages until that API is merged; delete then.
-    import uuid
-    from types import SimpleNamespace
-
-    from sqlalchemy import insert, select
-
-    from manga_page_analysis.models import Chapter, Manga, Page
-    from manga_page_analysis.queue import request_analysis
-
-
-    def ensure_manga(conn, *, source_id, source_key, title):
-        found = conn.execute(select(Manga.id).where(Manga.title == title)).scalar()
-        return found or conn.execute(insert(Manga).values(title=title).returning(Manga.id)).scalar_one()
-
-
-    def ensure_chapter(conn, manga_id, *, number, title):
-        return conn.execute(
-            insert(Chapter).values(manga_id=manga_id, number=number, title=title).returning(Chapter.id)
-        ).scalar_one()
-
-
-    def add_page(conn, storage, chapter_id, *, number, data, analyze):
-        key = f"{chapter_id}/{number:04d}-{uuid.uuid4().hex[:8]}.png"
-        storage.write_bytes(key, data, content_type="image/png")
-        page_id = conn.execute(
-            insert(Page)
-            .values(chapter_id=chapter_id, number=number, storage_key=key, content_type="image/png")
-            .returning(Page.id)
-        ).scalar_one()
-        job_id = request_analysis(conn, page_id) if analyze else None
-        return SimpleNamespace(page_id=page_id, job_id=job_id, storage_key=key)
 """
 
 
@@ -276,9 +240,7 @@ def _write_tree(root: Path, files: dict[str, str]) -> None:
 def flask_host(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Host:
     root = tmp_path_factory.mktemp("flask_host")
     folder = root / "microblog"
-    _write_tree(
-        folder, {**MEGA_TUTORIAL, "pages_in.py": PAGES_IN, "pages_fallback.py": PAGES_FALLBACK}
-    )
+    _write_tree(folder, {**MEGA_TUTORIAL, "pages_in.py": PAGES_IN})
     # The host itself is pip-installed too, as `app`: it must not overwrite us, nor we it.
     python = _virtualenv(root, f"{wheel}[flask]", str(folder))
     return Host(python, folder)
@@ -323,10 +285,7 @@ DJANGO_ADD_PAGES = """
 
     from django.db import connection, transaction
 
-    from manga_page_analysis.config import Settings
-    from manga_page_analysis.storage import open_storage
-    from manga_page_analysis.web.django.apps import page_analysis_app
-    from pages_in import add_pages
+    from manga_page_analysis.web.django import add_page, ensure_chapter, ensure_manga
 
 
     class RolledBack(Exception):
@@ -334,15 +293,18 @@ DJANGO_ADD_PAGES = """
 
 
     images = [open(path, "rb").read() for path in sys.argv[2:]]
-    storage = open_storage(Settings())
     jobs = []
     try:
         with transaction.atomic():
             with connection.cursor() as cursor:
                 cursor.execute("SELECT count(*) FROM auth_user")  # the host's own work
-            # Django's own connection, inside its atomic block.
-            with page_analysis_app().borrowed.engine("default").connect() as conn:
-                jobs = add_pages(conn, storage, images)
+            # The package's Django face: Django's own connection, inside its atomic block.
+            manga_id = ensure_manga(source_id="site", source_key="one-piece", title="One Piece")
+            chapter_id = ensure_chapter(manga_id, number="1")
+            jobs = [
+                str(add_page(chapter_id, number=n, data=data, analyze=True).job_id)
+                for n, data in enumerate(images, start=1)
+            ]
             if sys.argv[1] == "rollback":
                 raise RolledBack
     except RolledBack:
@@ -387,8 +349,6 @@ def django_host(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Host:
             "mysite/urls.py": DJANGO_URLS,
             "add_pages.py": DJANGO_ADD_PAGES,
             "admin_get.py": DJANGO_ADMIN_GET,
-            "pages_in.py": PAGES_IN,
-            "pages_fallback.py": PAGES_FALLBACK,
         },
     )
     return Host(python, project)
@@ -455,6 +415,8 @@ def _add_pages_rollback_then_commit(host: Host, setup: Setup, script: str, **env
     assert len(rolled_back) == 2  # they were added, then rolled back
     assert setup.count("SELECT count(*) FROM {s}.pages") == 0
     assert setup.count("SELECT count(*) FROM {s}.crawler_jobs") == 0
+    # Nor any stored image that nothing would ever reap.
+    assert [path for path in setup.storage.rglob("*") if path.is_file()] == []
     committed = json.loads(_check(host.run(script, "commit", *setup.images, **env)))
     assert len(set(committed)) == 2
     assert setup.count("SELECT count(*) FROM {s}.pages") == 2
