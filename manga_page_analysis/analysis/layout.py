@@ -108,10 +108,16 @@ class Block:
         weighted = sum(w * line.score for w, line in zip(weights, self.lines, strict=True))
         return weighted / sum(weights)
 
-    def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
+    def as_json(
+        self, scale_x: float = 1.0, scale_y: float = 1.0, *, size: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;
-        the box is multiplied by the scales (back to the original image's pixels)."""
-        box = (self.x0 * scale_x, self.y0 * scale_y, self.x1 * scale_x, self.y1 * scale_y)
+        the box is multiplied by the scales (back to the original image's pixels) and, given
+        the image's `size` (width, height), lies inside it."""
+        box = [self.x0 * scale_x, self.y0 * scale_y, self.x1 * scale_x, self.y1 * scale_y]
+        if size is not None:
+            # (width, height, width, height): each edge inside the image.
+            box = [min(max(edge, 0.0), limit) for edge, limit in zip(box, size * 2, strict=True)]
         return {
             "text": self.text,
             "box": [round(edge) for edge in box],

@@ -246,7 +246,7 @@ class OcrAnalyzer:
             description="",
             nsfw_rating=None,
             nsfw_score=None,
-            ocr_blocks=[block.as_json(scale_x, scale_y) for block in blocks],
+            ocr_blocks=[block.as_json(scale_x, scale_y, size=(width, height)) for block in blocks],
         )
         return VisionResult(analysis=analysis, model=self.model)
 

@@ -82,9 +82,12 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
     crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
     recognised = engine._load_rec_model()(TextRecInput(img=crops))
     lines = []
+    # Boxes grow into the paper added around the page: clipped back to the page.
+    limit = np.array(page.size, dtype=np.float32)
     for box, text, score in zip(boxes, recognised.txts, recognised.scores, strict=True):
         if text.strip() and score >= MIN_TEXT_SCORE:
-            lines.append(TextLine.from_quad((box - margin).tolist(), text, float(score)))
+            quad = np.clip(box - margin, 0.0, limit)
+            lines.append(TextLine.from_quad(quad.tolist(), text, float(score)))
     return lines
 
 

@@ -145,3 +145,13 @@ def test_garbage_touching_the_end_of_a_name_tag_does_not_join_it():
     # Read confidently, the same two pieces are one line cut in two.
     whole = [TextLine(265, 699, 337, 734, "ホシノ", 0.9), TextLine(347, 711, 395, 735, "です")]
     assert [block.text for block in reading_order(whole)] == ["ホシノです"]
+
+
+def test_a_block_box_lies_inside_its_image():
+    """A detector's box grows into the paper added around a tight crop (a 99x178 bubble
+    gave [16, -7, 93, 163] before): the stored box is clipped to the image."""
+    lines = [TextLine(16, -7, 60, 163, "ここは"), TextLine(62, -3, 103, 185, "どこ")]
+    (block,) = reading_order(lines)
+    assert block.as_json(size=(99, 178))["box"] == [16, 0, 99, 178]
+    # Scaled back to a larger original, the box is clipped to the original's size.
+    assert block.as_json(2.0, 2.0, size=(198, 356))["box"] == [32, 0, 198, 356]
