@@ -48,10 +48,10 @@ def test_a_two_page_spread_reads_its_right_page_first():
 
 
 def test_the_gap_between_two_text_columns_is_not_a_gutter():
-    grey = page(600, 400, [(20, 20, 580, 380)])
-    grey[100:300, 300:330] = 0  # two "columns" of text 6 px apart inside one panel
-    grey[100:300, 336:366] = 0
-    close(find_panels(grey), [(20, 20, 580, 380)])
+    grey = page(400, 600, [(20, 20, 380, 580)])
+    grey[100:300, 170:200] = 0  # two "columns" of text 6 px apart inside one panel
+    grey[100:300, 206:236] = 0
+    close(find_panels(grey), [(20, 20, 380, 580)])
 
 
 def test_art_to_the_edges_is_one_panel_and_blank_paper_is_the_whole_page():
