@@ -42,6 +42,10 @@ class TextLine:
     text: str
     score: float = 1.0
     """The recogniser's confidence in `text`, 0..1."""
+    bubble: int | None = None
+    """The balloon (an enclosed patch of paper) the line is printed in, when it is in one
+    (`manga_page_analysis.analysis.bubbles`): a line shares a block only with lines of its own
+    balloon, or, in none, with lines in none."""
 
     @property
     def width(self) -> float:
@@ -171,6 +175,8 @@ def _is_cjk(char: str) -> bool:
 
 
 def _compatible(a: TextLine, b: TextLine) -> bool:
+    if a.bubble != b.bubble:
+        return False  # two balloons, or a balloon and open paper
     if not (a.orientation is None or b.orientation is None or a.orientation == b.orientation):
         return False
     # One block is set in one size: a title beside a bubble, or ruby, is not joined.
