@@ -140,9 +140,9 @@ def reading_order(
     in turn. Without panels the page is one panel. `right_to_left`: manga
     order; `False` reads rows left to right (comics, webtoons).
     """
-    by_panel: dict[int, list[Block]] = {}
+    by_panel: dict[float, list[Block]] = {}
     for block in (_order_block(group) for group in _group(lines)):
-        by_panel.setdefault(_panel_of(block, panels), []).append(block)
+        by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
         ordered.extend(_order_rows(by_panel[index], right_to_left))
@@ -273,12 +273,20 @@ def _lane_centre(lane: list[TextLine], extent: Callable[[TextLine], tuple[float,
     return sum(_centre(extent(line)) for line in lane) / len(lane)
 
 
-def _panel_of(block: Block, panels: Sequence[Box]) -> int:
+def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float:
+    """The index of the panel holding the block's centre. A block in no panel (a title or
+    caption on the open page) is read just before the first panel it precedes: one wholly
+    below it, or beside it on the side read later; after all of them when there is none."""
     cx, cy = (block.x0 + block.x1) / 2, (block.y0 + block.y1) / 2
     for index, (x0, y0, x1, y1) in enumerate(panels):
         if x0 <= cx <= x1 and y0 <= cy <= y1:
             return index
-    return len(panels)  # outside every panel (a caption in a gutter): read last
+    for index, (x0, y0, x1, y1) in enumerate(panels):
+        beside = y0 < block.y1 and block.y0 < y1
+        later_side = x1 <= block.x0 if right_to_left else x0 >= block.x1
+        if y0 >= block.y1 or (beside and later_side):
+            return index - 0.5
+    return len(panels)
 
 
 def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
