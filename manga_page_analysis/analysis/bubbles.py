@@ -24,6 +24,12 @@ line's box (it surrounds the line with a margin); smaller patches are gaps betwe
 BUBBLE_MAX_AREA: Final = 0.2
 """A patch of paper over this share of the page is the open page (gutters, margins), not a
 balloon."""
+UNCOVERED_SHARE: Final = 0.15
+"""A balloon whose ink lies outside the lines found in it by more than this share is read
+again on its own (a column the page-wide detection missed)."""
+COVER_PAD: Final = 0.3
+"""A line covers the ink within this many of its thicknesses around its box (voiced marks,
+ruby, punctuation beside it)."""
 INSIDE_BUBBLE: Final = 0.6
 """A line whose own patch is no balloon (its glyphs cut the paper around it, or it touches
 the outline) is in a balloon when this share of its box lies in the balloon's box."""
@@ -35,8 +41,7 @@ def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextL
 
     if not lines:
         return []
-    paper = np.ascontiguousarray(grey >= LIGHT * paper_level(grey), dtype=np.uint8)
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(paper, connectivity=4)
+    _, labels, stats = _paper_patches(grey)
     areas = stats[:, cv2.CC_STAT_AREA]
     height, width = grey.shape
     found: list[int | None] = []
@@ -66,6 +71,48 @@ def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextL
             )
         placed.append(dataclasses.replace(line, bubble=bubble))
     return placed
+
+
+def uncovered_bubbles(
+    lines: Sequence[TextLine], grey: NDArray[np.uint8]
+) -> list[tuple[int, int, int, int]]:
+    """Boxes `(x0, y0, x1, y1)` of the balloons holding lines whose ink the lines do not
+    cover (more than `UNCOVERED_SHARE` of it outside them): a column was missed there."""
+    import cv2
+
+    paper, labels, stats = _paper_patches(grey)
+    placed = in_bubbles(lines, grey)
+    found = []
+    for label in sorted({line.bubble for line in placed if line.bubble is not None}):
+        x, y, w, h = stats[label, :4].tolist()
+        patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
+        contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        filled = np.zeros_like(patch)
+        cv2.drawContours(filled, contours, -1, 1, thickness=cv2.FILLED)
+        ink = (filled > 0) & (paper[y : y + h, x : x + w] == 0)
+        covered = np.zeros_like(ink)
+        for line in placed:
+            if line.bubble == label:
+                pad = COVER_PAD * line.thickness
+                x0, y0 = max(0, round(line.x0 - pad - x)), max(0, round(line.y0 - pad - y))
+                covered[
+                    y0 : max(y0, round(line.y1 + pad - y)), x0 : max(x0, round(line.x1 + pad - x))
+                ] = True
+        total = int(ink.sum())
+        if total and int((ink & ~covered).sum()) > UNCOVERED_SHARE * total:
+            found.append((x, y, x + w, y + h))
+    return found
+
+
+def _paper_patches(
+    grey: NDArray[np.uint8],
+) -> tuple[NDArray[np.uint8], NDArray[np.int32], NDArray[np.int32]]:
+    """The paper mask (1: paper), its connected patches' labels and their stats."""
+    import cv2
+
+    paper = np.ascontiguousarray(grey >= LIGHT * paper_level(grey), dtype=np.uint8)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(paper, connectivity=4)
+    return paper, np.asarray(labels, dtype=np.int32), np.asarray(stats, dtype=np.int32)
 
 
 def _share_inside(line: TextLine, box: list[int]) -> float:

@@ -4,6 +4,7 @@ docs/ocr.md, "Blocks"). Pure functions: tests feed boxes directly.
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -68,6 +69,12 @@ class TextLine:
         if self.width >= VERTICAL_RATIO * self.height:
             return "h"
         return None
+
+    def moved(self, dx: float, dy: float) -> TextLine:
+        """The same line, its box moved by (dx, dy) (from a crop back to the page)."""
+        return dataclasses.replace(
+            self, x0=self.x0 + dx, y0=self.y0 + dy, x1=self.x1 + dx, y1=self.y1 + dy
+        )
 
     @classmethod
     def from_quad(cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0) -> TextLine:

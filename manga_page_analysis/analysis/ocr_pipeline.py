@@ -11,6 +11,7 @@ than its `__call__`, which has no per-call scale (why threads may share them: `m
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -48,8 +49,9 @@ MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
 
 
-def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
-    """The text lines of `page` (RGB), with boxes in its pixels, in no particular order."""
+def read_lines(engine: Any, page: Image.Image, known: Sequence[TextLine] = ()) -> list[TextLine]:
+    """The text lines of `page` (RGB), with boxes in its pixels, in no particular order.
+    `known`: lines already read (in `page`'s pixels); boxes found again are not read again."""
     from rapidocr.ch_ppocr_rec import TextRecInput
     from rapidocr.utils.process_img import get_rotate_crop_image
 
@@ -77,6 +79,12 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
         # Stylised lettering thicker than print is sometimes found only enlarged.
         extra = _detect(detector, source, SECOND_LOOK_SCALE)
         boxes += [box for box in extra if _new(box, boxes)]
+    if known:
+        seen = [
+            np.array([[line.x0, line.y0], [line.x1, line.y1]], dtype=np.float32) + margin
+            for line in known
+        ]
+        boxes = [box for box in boxes if _new(box, seen)]
     if not boxes:
         return []
     crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]

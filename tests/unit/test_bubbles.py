@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.bubbles import in_bubbles
+from manga_page_analysis.analysis.bubbles import in_bubbles, uncovered_bubbles
 from manga_page_analysis.analysis.layout import TextLine, reading_order
 
 
@@ -39,3 +39,12 @@ def test_a_column_beside_a_balloon_is_not_read_into_it():
     ]
     blocks = reading_order(in_bubbles(lines, grey))
     assert sorted(block.text for block in blocks) == ["おしらせ", "まあドンマイだよな"]
+
+
+def test_a_balloon_with_a_column_no_line_covers_is_read_again():
+    grey = page_with_a_balloon()
+    grey[120:380, 262:292] = 30  # a second column, which the detection missed
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    missed = TextLine(258, 116, 294, 384, "だよな")
+    assert uncovered_bubbles([read], grey) == [(154, 104, 346, 396)]
+    assert uncovered_bubbles([read, missed], grey) == []
