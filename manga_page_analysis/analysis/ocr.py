@@ -258,7 +258,7 @@ class OcrAnalyzer:
         # A balloon whose ink the lines found do not cover is read again on its own.
         for x0, y0, x1, y1 in uncovered_bubbles(lines, grey):
             known = [line.moved(-x0, -y0) for line in lines]
-            again = read_lines(engine, page.crop((x0, y0, x1, y1)), known)
+            again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
             lines += [line.moved(x0, y0) for line in again]
         return read_page(lines, grey)
 

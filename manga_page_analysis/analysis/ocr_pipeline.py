@@ -49,9 +49,12 @@ MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
 
 
-def read_lines(engine: Any, page: Image.Image, known: Sequence[TextLine] = ()) -> list[TextLine]:
+def read_lines(
+    engine: Any, page: Image.Image, known: Sequence[TextLine] = (), *, look_twice: bool = True
+) -> list[TextLine]:
     """The text lines of `page` (RGB), with boxes in its pixels, in no particular order.
-    `known`: lines already read (in `page`'s pixels); boxes found again are not read again."""
+    `known`: lines already read (in `page`'s pixels); boxes found again are not read again.
+    `look_twice=False`: no second, enlarged look at a small image."""
     from rapidocr.ch_ppocr_rec import TextRecInput
     from rapidocr.utils.process_img import get_rotate_crop_image
 
@@ -61,7 +64,7 @@ def read_lines(engine: Any, page: Image.Image, known: Sequence[TextLine] = ()) -
     detector = engine._load_det_model()
     scale = min(1.0, DET_MAX_SIDE / max(padded.size))
     boxes = _detect(detector, source, scale)
-    second_look = padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
+    second_look = look_twice and padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
         thickness = statistics.median(_thickness(box) for box in boxes)
         # Only lettering small in the image itself: text made small by scaling a big
