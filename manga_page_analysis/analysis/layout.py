@@ -4,6 +4,7 @@ docs/ocr.md, "Blocks"). Pure functions: tests feed boxes directly.
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -42,6 +43,10 @@ class TextLine:
     text: str
     score: float = 1.0
     """The recogniser's confidence in `text`, 0..1."""
+    bubble: int | None = None
+    """The balloon (an enclosed patch of paper) the line is printed in, when it is in one
+    (`manga_page_analysis.analysis.bubbles`): a line shares a block only with lines of its own
+    balloon, or, in none, with lines in none."""
 
     @property
     def width(self) -> float:
@@ -64,6 +69,12 @@ class TextLine:
         if self.width >= VERTICAL_RATIO * self.height:
             return "h"
         return None
+
+    def moved(self, dx: float, dy: float) -> TextLine:
+        """The same line, its box moved by (dx, dy) (from a crop back to the page)."""
+        return dataclasses.replace(
+            self, x0=self.x0 + dx, y0=self.y0 + dy, x1=self.x1 + dx, y1=self.y1 + dy
+        )
 
     @classmethod
     def from_quad(cls, quad: Iterable[Sequence[float]], text: str, score: float = 1.0) -> TextLine:
@@ -108,10 +119,16 @@ class Block:
         weighted = sum(w * line.score for w, line in zip(weights, self.lines, strict=True))
         return weighted / sum(weights)
 
-    def as_json(self, scale_x: float = 1.0, scale_y: float = 1.0) -> dict[str, Any]:
+    def as_json(
+        self, scale_x: float = 1.0, scale_y: float = 1.0, *, size: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         """`{"text", "box", "vertical", "score"}` as stored in `page_analysis.ocr_blocks`;
-        the box is multiplied by the scales (back to the original image's pixels)."""
-        box = (self.x0 * scale_x, self.y0 * scale_y, self.x1 * scale_x, self.y1 * scale_y)
+        the box is multiplied by the scales (back to the original image's pixels) and, given
+        the image's `size` (width, height), lies inside it."""
+        box = [self.x0 * scale_x, self.y0 * scale_y, self.x1 * scale_x, self.y1 * scale_y]
+        if size is not None:
+            # (width, height, width, height): each edge inside the image.
+            box = [min(max(edge, 0.0), limit) for edge, limit in zip(box, size * 2, strict=True)]
         return {
             "text": self.text,
             "box": [round(edge) for edge in box],
@@ -130,9 +147,9 @@ def reading_order(
     in turn. Without panels the page is one panel. `right_to_left`: manga
     order; `False` reads rows left to right (comics, webtoons).
     """
-    by_panel: dict[int, list[Block]] = {}
+    by_panel: dict[float, list[Block]] = {}
     for block in (_order_block(group) for group in _group(lines)):
-        by_panel.setdefault(_panel_of(block, panels), []).append(block)
+        by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
         ordered.extend(_order_rows(by_panel[index], right_to_left))
@@ -165,6 +182,8 @@ def _is_cjk(char: str) -> bool:
 
 
 def _compatible(a: TextLine, b: TextLine) -> bool:
+    if a.bubble != b.bubble:
+        return False  # two balloons, or a balloon and open paper
     if not (a.orientation is None or b.orientation is None or a.orientation == b.orientation):
         return False
     # One block is set in one size: a title beside a bubble, or ruby, is not joined.
@@ -261,12 +280,20 @@ def _lane_centre(lane: list[TextLine], extent: Callable[[TextLine], tuple[float,
     return sum(_centre(extent(line)) for line in lane) / len(lane)
 
 
-def _panel_of(block: Block, panels: Sequence[Box]) -> int:
+def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float:
+    """The index of the panel holding the block's centre. A block in no panel (a title or
+    caption on the open page) is read just before the first panel it precedes: one wholly
+    below it, or beside it on the side read later; after all of them when there is none."""
     cx, cy = (block.x0 + block.x1) / 2, (block.y0 + block.y1) / 2
     for index, (x0, y0, x1, y1) in enumerate(panels):
         if x0 <= cx <= x1 and y0 <= cy <= y1:
             return index
-    return len(panels)  # outside every panel (a caption in a gutter): read last
+    for index, (x0, y0, x1, y1) in enumerate(panels):
+        beside = y0 < block.y1 and block.y0 < y1
+        later_side = x1 <= block.x0 if right_to_left else x0 >= block.x1
+        if y0 >= block.y1 or (beside and later_side):
+            return index - 0.5
+    return len(panels)
 
 
 def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:

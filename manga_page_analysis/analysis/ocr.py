@@ -28,6 +28,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from manga_page_analysis.analysis.analyzer import READY, Readiness, VisionResult
 from manga_page_analysis.analysis.answer import Analysis
+from manga_page_analysis.analysis.bubbles import uncovered_bubbles
 from manga_page_analysis.analysis.images import PreparedImage, undecodable
 from manga_page_analysis.analysis.layout import Block
 from manga_page_analysis.analysis.ocr_pipeline import read_lines
@@ -246,14 +247,20 @@ class OcrAnalyzer:
             description="",
             nsfw_rating=None,
             nsfw_score=None,
-            ocr_blocks=[block.as_json(scale_x, scale_y) for block in blocks],
+            ocr_blocks=[block.as_json(scale_x, scale_y, size=(width, height)) for block in blocks],
         )
         return VisionResult(analysis=analysis, model=self.model)
 
     @staticmethod
     def _read(engine: Any, page: Image.Image) -> list[Block]:
         lines = read_lines(engine, page)
-        return read_page(lines, np.asarray(page.convert("L")))
+        grey = np.asarray(page.convert("L"))
+        # A balloon whose ink the lines found do not cover is read again on its own.
+        for x0, y0, x1, y1 in uncovered_bubbles(lines, grey):
+            known = [line.moved(-x0, -y0) for line in lines]
+            again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
+            lines += [line.moved(x0, y0) for line in again]
+        return read_page(lines, grey)
 
 
 def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:

@@ -8,6 +8,7 @@ seconds per image and pooled; docs/ocr.md ("Measuring it") defines each figure a
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 import json
 import resource
@@ -23,6 +24,13 @@ INTACT_MAX_CER: Final = 0.25
 """A returned block reproduces a ground-truth block when its CER against it is at most this."""
 FOUND_MAX_CER: Final = 0.5
 """A ground-truth block is found (for reading order) when its best returned block is this close."""
+DROPPED_MIN_RUN: Final = 3
+"""A found block lost a column when this many consecutive characters of it are missing."""
+GARBAGE_MAX_COVERED: Final = 0.25
+"""A returned block is garbage when at most this share of its box lies on ground-truth blocks
+(it was read where there is nothing to read: art, an effect, background lettering)."""
+VOICING_MARKS: Final = ("\u3099", "\u309a")
+"""Combining dakuten and handakuten (NFD): ご is こ + U+3099, ぱ is は + U+309A."""
 
 
 def normalise(text: str) -> str:
@@ -63,6 +71,14 @@ class Score:
     intact: int = 0
     pairs: int = 0
     pairs_in_order: int = 0
+    missed: int = 0
+    """Ground-truth blocks not found at all (no returned block within `FOUND_MAX_CER`)."""
+    dropped_columns: int = 0
+    """Found blocks that lost `DROPPED_MIN_RUN` or more consecutive characters (a column)."""
+    voicing_errors: int = 0
+    """Characters read with a voiced mark lost, added or changed (ご→こ, ぶ→ぷ)."""
+    garbage_chars: int = 0
+    """Characters of returned blocks that lie on no ground-truth block (nor an ignore region)."""
     cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     images: int = 0
@@ -71,6 +87,10 @@ class Score:
     @property
     def cer(self) -> float:
         return self.errors / self.reference_chars if self.reference_chars else 0.0
+
+    @property
+    def order_errors(self) -> int:
+        return self.pairs - self.pairs_in_order
 
     def add(self, other: Score) -> None:
         """Pool `other` into this score (every figure but the details)."""
@@ -109,11 +129,56 @@ def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Sc
         else:
             score.details.append(f"not intact: {text!r}")
         found.append(best if best is not None and distances[best] <= FOUND_MAX_CER else None)
+        if found[-1] is None:
+            score.missed += 1
+        else:
+            dropped, voicing = _alignment_errors(text, kept[found[-1]]["text"])
+            score.dropped_columns += dropped
+            score.voicing_errors += voicing
     for first, second in itertools.pairwise(found):
         if first is not None and second is not None:
             score.pairs += 1
             score.pairs_in_order += first < second
+    truth_boxes = [block["box"] for block in truth["blocks"] if "box" in block]
+    for block in kept:
+        if "box" in block and _covered(block["box"], truth_boxes) <= GARBAGE_MAX_COVERED:
+            score.garbage_chars += len(normalise(block["text"]))
     return score
+
+
+def _alignment_errors(expected: str, returned: str) -> tuple[int, int]:
+    """(1 if a run of `DROPPED_MIN_RUN` expected characters is missing, voiced-mark errors)."""
+    reference, hypothesis = normalise(expected), normalise(returned)
+    matcher = difflib.SequenceMatcher(None, reference, hypothesis, autojunk=False)
+    dropped, voicing = 0, 0
+    for tag, i0, i1, j0, j1 in matcher.get_opcodes():
+        if tag in ("delete", "replace") and (i1 - i0) - (j1 - j0) >= DROPPED_MIN_RUN:
+            dropped = 1
+        if tag == "replace":
+            pairs = zip(reference[i0:i1], hypothesis[j0:j1], strict=False)
+            voicing += sum(1 for a, b in pairs if _voiced_alike(a, b))
+    return dropped, voicing
+
+
+def _voiced_alike(a: str, b: str) -> bool:
+    """Two different kana that differ only in a voiced mark (ご and こ, ぶ and ぷ)."""
+
+    def base(char: str) -> str:
+        decomposed = unicodedata.normalize("NFD", char)
+        return "".join(mark for mark in decomposed if mark not in VOICING_MARKS)
+
+    return a != b and base(a) == base(b)
+
+
+def _covered(box: Sequence[float], regions: Sequence[Sequence[float]]) -> float:
+    """The share of `box` that lies on `regions` (overlaps between regions counted once each)."""
+    area = max(1.0, (box[2] - box[0]) * (box[3] - box[1]))
+    inside = sum(
+        max(0.0, min(box[2], r[2]) - max(box[0], r[0]))
+        * max(0.0, min(box[3], r[3]) - max(box[1], r[1]))
+        for r in regions
+    )
+    return min(1.0, inside / area)
 
 
 def _line(name: str, score: Score) -> str:
@@ -123,11 +188,38 @@ def _line(name: str, score: Score) -> str:
         f"{name:<28} CER {score.cer:5.3f} ({score.errors}/{score.reference_chars})  "
         f"intact {score.intact}/{score.blocks}  order {order:>7}  "
         f"CPU s {score.cpu_seconds / per_image:6.2f}  wall s {score.wall_seconds / per_image:6.2f}"
+        f"  | missed {score.missed} dropped {score.dropped_columns} voiced {score.voicing_errors}"
+        f" garbage {score.garbage_chars} order {score.order_errors}"
     )
 
 
-def evaluate(folder: Path, *, only: Sequence[str] = (), verbose: bool = False) -> dict[str, Score]:
-    """Run the analyzer over the folder and print the figures; returns the pooled scores."""
+def folds_by_manga(truth: dict[str, dict[str, Any]], count: int) -> list[list[str]]:
+    """The pages split into `count` folds, never a manga across two: images of one manga
+    (their `manga` field; without it each image is its own) go to the same fold, groups
+    dealt in turn to the smallest fold, largest first (reproducible: by size, then name)."""
+    groups: dict[str, list[str]] = {}
+    for name, entry in truth.items():
+        if entry.get("kind", "page") == "page":
+            groups.setdefault(str(entry.get("manga", name)), []).append(name)
+    folds: list[list[str]] = [[] for _ in range(max(1, count))]
+    for _, names in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])):
+        min(folds, key=len).extend(names)
+    return [fold for fold in folds if fold]
+
+
+def evaluate(
+    folder: Path,
+    *,
+    only: Sequence[str] = (),
+    verbose: bool = False,
+    hold_out: Sequence[str] = (),
+    folds: int = 0,
+) -> dict[str, Score]:
+    """Run the analyzer over the folder and print the figures; returns the pooled scores.
+
+    `hold_out`: image names also pooled apart from the rest ("held out" and "developed on").
+    `folds`: the pages are also pooled in this many folds by manga (`folds_by_manga`), so
+    that a change that helps one manga and hurts others shows in the spread between folds."""
     # Imported here: loading the analyzer module pulls in Pillow and the engine's wiring,
     # which `--help` does not need.
     from manga_page_analysis.analysis.images import prepare_image
@@ -143,6 +235,15 @@ def evaluate(folder: Path, *, only: Sequence[str] = (), verbose: bool = False) -
         f"{time.process_time() - cpu_started:.2f} s CPU"
     )
     pooled = {"all": Score(), "page": Score(), "crop": Score()}
+    fold_of = {
+        name: f"fold {index + 1}"
+        for index, names in enumerate(folds_by_manga(truth, folds) if folds else [])
+        for name in names
+    }
+    for name in fold_of.values():
+        pooled.setdefault(name, Score())
+    if hold_out:
+        pooled["held out"], pooled["developed on"] = Score(), Score()
     for name, entry in truth.items():
         if only and name not in only:
             continue
@@ -161,6 +262,10 @@ def evaluate(folder: Path, *, only: Sequence[str] = (), verbose: bool = False) -
                 print(f"    -> {block.get('box')} {block.get('score')} {block['text']}")
         pooled["all"].add(score)
         pooled[entry.get("kind", "page")].add(score)
+        if name in fold_of:
+            pooled[fold_of[name]].add(score)
+        if hold_out:
+            pooled["held out" if name in hold_out else "developed on"].add(score)
     print()
     for kind, score in pooled.items():
         if score.images:
@@ -177,10 +282,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("folder", type=Path, help="a folder with ground_truth.json and images")
     parser.add_argument("--only", nargs="*", default=(), help="only these image names")
     parser.add_argument("-v", "--verbose", action="store_true", help="print what was read")
+    parser.add_argument(
+        "--hold-out", nargs="*", default=(), help="also pool these images apart from the rest"
+    )
+    parser.add_argument(
+        "--folds", type=int, default=0, help="also pool the pages in this many folds by manga"
+    )
     args = parser.parse_args(argv)
     if not (args.folder / "ground_truth.json").is_file():
         parser.error(f"{args.folder / 'ground_truth.json'} not found")
-    evaluate(args.folder, only=args.only, verbose=args.verbose)
+    evaluate(
+        args.folder, only=args.only, verbose=args.verbose, hold_out=args.hold_out, folds=args.folds
+    )
     return 0
 
 

@@ -11,6 +11,7 @@ than its `__call__`, which has no per-call scale (why threads may share them: `m
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from typing import Any, Final
 
 import numpy as np
@@ -48,8 +49,12 @@ MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
 
 
-def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
-    """The text lines of `page` (RGB), with boxes in its pixels, in no particular order."""
+def read_lines(
+    engine: Any, page: Image.Image, known: Sequence[TextLine] = (), *, look_twice: bool = True
+) -> list[TextLine]:
+    """The text lines of `page` (RGB), with boxes in its pixels, in no particular order.
+    `known`: lines already read (in `page`'s pixels); boxes found again are not read again.
+    `look_twice=False`: no second, enlarged look at a small image."""
     from rapidocr.ch_ppocr_rec import TextRecInput
     from rapidocr.utils.process_img import get_rotate_crop_image
 
@@ -59,7 +64,7 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
     detector = engine._load_det_model()
     scale = min(1.0, DET_MAX_SIDE / max(padded.size))
     boxes = _detect(detector, source, scale)
-    second_look = padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
+    second_look = look_twice and padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
         thickness = statistics.median(_thickness(box) for box in boxes)
         # Only lettering small in the image itself: text made small by scaling a big
@@ -77,14 +82,23 @@ def read_lines(engine: Any, page: Image.Image) -> list[TextLine]:
         # Stylised lettering thicker than print is sometimes found only enlarged.
         extra = _detect(detector, source, SECOND_LOOK_SCALE)
         boxes += [box for box in extra if _new(box, boxes)]
+    if known:
+        seen = [
+            np.array([[line.x0, line.y0], [line.x1, line.y1]], dtype=np.float32) + margin
+            for line in known
+        ]
+        boxes = [box for box in boxes if _new(box, seen)]
     if not boxes:
         return []
     crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
     recognised = engine._load_rec_model()(TextRecInput(img=crops))
     lines = []
+    # Boxes grow into the paper added around the page: clipped back to the page.
+    limit = np.array(page.size, dtype=np.float32)
     for box, text, score in zip(boxes, recognised.txts, recognised.scores, strict=True):
         if text.strip() and score >= MIN_TEXT_SCORE:
-            lines.append(TextLine.from_quad((box - margin).tolist(), text, float(score)))
+            quad = np.clip(box - margin, 0.0, limit)
+            lines.append(TextLine.from_quad(quad.tolist(), text, float(score)))
     return lines
 
 

@@ -12,8 +12,9 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-LIGHT: Final = 200
-"""Grey level (0..255) above which a pixel counts as paper."""
+LIGHT: Final = 200 / 255
+"""A pixel at least this share as bright as the paper (`paper_level`) counts as paper (200 of
+255 on white paper; a grey magazine scan's paper is at 220-230, not 255)."""
 GUTTER_LIGHT_SHARE: Final = 0.995
 """A row (or column) is part of a gutter when at least this share of its pixels is light."""
 MIN_GUTTER: Final = 0.008
@@ -23,6 +24,19 @@ MIN_PANEL: Final = 0.06
 """Pieces thinner than this share of the page's short side are not cut further."""
 MAX_DEPTH: Final = 4
 """Cuts nest at most this deep (rows, panels, sub-rows, sub-panels)."""
+PANEL_MIN_AREA: Final = 0.015
+"""A framed panel (a connected piece of ink: its frame and what it holds) covers at least this
+share of the page; smaller pieces are lettering and marks."""
+PANEL_MAX_AREA: Final = 0.9
+"""A piece of ink covering more of the page than this is art to the edges, not a panel."""
+FRAMED: Final = 0.9
+"""A piece of ink is a framed panel when its box's edges are at least this share ink (a
+drawn frame); a blob of art is not."""
+NESTED: Final = 0.8
+"""A panel lying this much inside another is part of it (an inset, a balloon over a frame)."""
+ROW_OVERLAP: Final = 0.15
+"""Panels of a slightly skewed scan overlap their neighbours' boxes: up to this share of the
+smaller one's height (or width) still leaves them in separate rows (or columns)."""
 
 Box = tuple[float, float, float, float]
 
@@ -30,7 +44,7 @@ Box = tuple[float, float, float, float]
 def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[Box]:
     """Panel boxes `(x0, y0, x1, y1)` in reading order; at least one (the whole page)."""
     height, width = grey.shape
-    light = grey >= LIGHT
+    light = grey >= LIGHT * paper_level(grey)
     short_side = min(height, width)
     min_gutter = max(3, round(MIN_GUTTER * short_side))
     min_panel = max(8, round(MIN_PANEL * short_side))
@@ -57,9 +71,101 @@ def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[
             else:
                 cut(child, not across, depth + 1)
 
-    # A page wider than tall is a spread: its pages first (cut down), then their rows.
-    cut((0, 0, width, height), width <= height, 0)
+    # A page wider than tall is a spread: its two pages are read in turn (the right-hand
+    # one first in manga order), cut at the middle, where the binding's shadow may hide the
+    # gutter; then the rows of each.
+    pages = [(0, 0, width, height)]
+    if width > height:
+        pages = [(width // 2, 0, width, height), (0, 0, width // 2, height)]
+        if not right_to_left:
+            pages.reverse()
+    for one_page in pages:
+        found = len(panels)
+        cut(one_page, True, 1 if len(pages) > 1 else 0)
+        if len(panels) - found <= 1:
+            # No clean gutters (a skewed or noisy scan): framed panels found as the pieces
+            # of ink edged all round by their frame.
+            framed = _framed_panels(light, one_page, min_panel, right_to_left)
+            if framed:
+                panels[found:] = framed
     return panels or [(0.0, 0.0, float(width), float(height))]
+
+
+def _framed_panels(
+    light: NDArray[np.bool_], box: tuple[int, int, int, int], min_panel: int, right_to_left: bool
+) -> list[Box]:
+    """The framed panels of `box` in reading order; none when there are fewer than two."""
+    import cv2  # rapidocr's dependency, as in ocr_pipeline
+
+    x0, y0, x1, y1 = box
+    ink = np.ascontiguousarray(~light[y0:y1, x0:x1], dtype=np.uint8)
+    count, labels, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    found: list[Box] = []
+    for label, (left, top, w, h, _) in enumerate(stats[1:count].tolist(), 1):
+        large = PANEL_MIN_AREA * ink.size <= w * h <= PANEL_MAX_AREA * ink.size
+        piece = labels[top : top + h, left : left + w] == label
+        if large and min(w, h) >= min_panel and _framed(piece):
+            found.append((x0 + left, y0 + top, x0 + left + w, y0 + top + h))
+    found = [a for a in found if not any(b != a and _inside_share(a, b) >= NESTED for b in found)]
+    if len(found) < 2:
+        return []
+    return _order_boxes(found, right_to_left, rows_first=True)
+
+
+def _framed(piece: NDArray[np.bool_]) -> bool:
+    """True when the piece's box is edged with its ink (a frame; a skewed scan's frame may
+    lean a few pixels, so the outer 2 % of each side counts)."""
+    band = max(2, round(0.02 * min(piece.shape)))
+    edges = (
+        piece[:band].any(axis=0),
+        piece[-band:].any(axis=0),
+        piece[:, :band].any(axis=1),
+        piece[:, -band:].any(axis=1),
+    )
+    return all(edge.mean() >= FRAMED for edge in edges)
+
+
+def _inside_share(a: Box, b: Box) -> float:
+    """The share of `a`'s area that lies inside `b`."""
+    w = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    h = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    return w * h / max(1.0, (a[2] - a[0]) * (a[3] - a[1]))
+
+
+def _order_boxes(boxes: list[Box], right_to_left: bool, rows_first: bool) -> list[Box]:
+    """Boxes in reading order: split into rows (top to bottom) where no box crosses, each
+    row into columns (right to left), recursively; a tall panel beside a stack is a column."""
+    if len(boxes) <= 1:
+        return boxes
+    for rows in (rows_first, not rows_first):
+        bands = _bands(boxes, 1 if rows else 0)
+        if len(bands) > 1:
+            if not rows and right_to_left:
+                bands.reverse()
+            return [box for band in bands for box in _order_boxes(band, right_to_left, not rows)]
+    return sorted(boxes, key=lambda b: (b[1], -b[2] if right_to_left else b[0]))
+
+
+def _bands(boxes: list[Box], axis: int) -> list[list[Box]]:
+    """Boxes grouped into bands along `axis` (1: rows by y, 0: columns by x) that no box
+    crosses, allowing `ROW_OVERLAP` of overlap between neighbours."""
+    bands: list[list[Box]] = []
+    end = -1.0
+    for box in sorted(boxes, key=lambda b: b[axis]):
+        start, stop = box[axis], box[axis + 2]
+        if bands and start < end - ROW_OVERLAP * min(stop - start, end - start):
+            bands[-1].append(box)
+            end = max(end, stop)
+        else:
+            bands.append([box])
+            end = stop
+    return bands
+
+
+def paper_level(grey: NDArray[np.uint8]) -> int:
+    """The paper's grey level: the commonest level among the light half (255 when none)."""
+    counts = np.bincount(grey.ravel(), minlength=256)[128:]
+    return 128 + int(counts.argmax()) if counts.any() else 255
 
 
 def _pieces(

@@ -15,6 +15,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from manga_page_analysis.analysis.bubbles import in_bubbles
 from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
 from manga_page_analysis.analysis.panels import find_panels
 
@@ -45,6 +46,8 @@ MIN_CJK_SHARE_RTL: Final = 0.1
 def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) -> list[Block]:
     """The page's dialogue blocks in reading order. `grey`: the page (for its panels)."""
     kept = dialogue_lines(lines)
+    if grey is not None:
+        kept = in_bubbles(kept, grey)
     right_to_left = is_right_to_left(kept)
     panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
     blocks = reading_order(kept, panels, right_to_left=right_to_left)

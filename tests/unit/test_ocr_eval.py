@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from manga_page_analysis.analysis.ocr_eval import cer, edit_distance, normalise, score_image
+from manga_page_analysis.analysis.ocr_eval import (
+    cer,
+    edit_distance,
+    folds_by_manga,
+    normalise,
+    score_image,
+)
 
 TRUTH = {
     "kind": "page",
@@ -53,3 +59,35 @@ def test_reading_order_counts_consecutive_pairs_in_the_returned_order():
     returned = [{"text": "さようなら"}, {"text": "おはよう"}, {"text": "ございます！"}]
     score = score_image(TRUTH, returned)
     assert (score.pairs_in_order, score.pairs) == (1, 2)
+
+
+def test_error_classes_count_missed_blocks_dropped_columns_voiced_marks_and_garbage():
+    returned = [
+        {"text": "おはよ", "box": [300, 0, 400, 100]},  # two characters short: not a column
+        {"text": "こさいます！", "box": [100, 0, 200, 100]},  # ご read as こ, ざ as さ
+        {"text": "木才才", "box": [500, 500, 560, 560]},  # read where nothing is printed
+        {"text": "ドドド", "box": [10, 410, 90, 490]},  # in an ignore region: not garbage
+    ]
+    score = score_image(TRUTH, returned)
+    assert score.missed == 1  # さようなら is not returned at all
+    assert score.voicing_errors == 2
+    assert score.garbage_chars == 3
+    assert score.dropped_columns == 0
+
+
+def test_a_block_that_lost_a_column_counts_as_a_dropped_column():
+    truth = {"kind": "page", "blocks": [{"box": [0, 0, 100, 100], "text": "あいうえおかきくけこ"}]}
+    score = score_image(truth, [{"text": "あいうえお", "box": [0, 0, 60, 100]}])
+    assert (score.dropped_columns, score.missed, score.voicing_errors) == (1, 0, 0)
+
+
+def test_folds_keep_a_manga_together_and_leave_crops_out():
+    truth = {
+        "a1.jpg": {"kind": "page", "manga": "a"},
+        "a2.jpg": {"kind": "page", "manga": "a"},
+        "b.jpg": {"kind": "page", "manga": "b"},
+        "c.jpg": {"kind": "page"},
+        "crop.jpg": {"kind": "crop"},
+    }
+    folds = folds_by_manga(truth, 2)
+    assert sorted(map(sorted, folds)) == [["a1.jpg", "a2.jpg"], ["b.jpg", "c.jpg"]]

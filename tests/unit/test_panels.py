@@ -48,10 +48,10 @@ def test_a_two_page_spread_reads_its_right_page_first():
 
 
 def test_the_gap_between_two_text_columns_is_not_a_gutter():
-    grey = page(600, 400, [(20, 20, 580, 380)])
-    grey[100:300, 300:330] = 0  # two "columns" of text 6 px apart inside one panel
-    grey[100:300, 336:366] = 0
-    close(find_panels(grey), [(20, 20, 580, 380)])
+    grey = page(400, 600, [(20, 20, 380, 580)])
+    grey[100:300, 170:200] = 0  # two "columns" of text 6 px apart inside one panel
+    grey[100:300, 206:236] = 0
+    close(find_panels(grey), [(20, 20, 380, 580)])
 
 
 def test_art_to_the_edges_is_one_panel_and_blank_paper_is_the_whole_page():
@@ -59,3 +59,27 @@ def test_art_to_the_edges_is_one_panel_and_blank_paper_is_the_whole_page():
     assert find_panels(dark) == [(0.0, 0.0, 200.0, 300.0)]
     blank = np.full((300, 200), 255, dtype=np.uint8)
     assert find_panels(blank) == [(0.0, 0.0, 200.0, 300.0)]
+
+
+def centres(found):
+    return [((x0 + x1) / 2, (y0 + y1) / 2) for x0, y0, x1, y1 in found]
+
+
+def test_a_spread_whose_binding_hides_the_gutter_is_cut_at_its_middle():
+    left = [(20, 20, 380, 300), (20, 320, 380, 600)]
+    right = [(420, 20, 780, 300), (420, 320, 780, 600)]
+    grey = page(800, 620, left + right)
+    grey[:, 399:401] = 60  # the binding's shadow runs down the middle, across every gutter
+    found = centres(find_panels(grey))
+    assert len(found) == 4
+    (ra, rb), (rc, rd), (la, lb), (lc, ld) = found
+    assert ra > 400 and rc > 400 and la < 400 and lc < 400  # the right-hand page first
+    assert rb < rd and lb < ld  # each page top to bottom
+
+
+def test_panels_are_found_by_their_frames_where_speckles_fill_the_gutters():
+    panels = [(20, 20, 290, 400), (310, 20, 580, 400), (20, 420, 580, 830)]
+    grey = page(600, 850, panels)
+    speckles = np.random.default_rng(0).random(grey.shape) < 0.02
+    grey[speckles] = 0  # a dirty scan: no band of paper is clean enough to be a gutter
+    close(find_panels(grey), [panels[1], panels[0], panels[2]], tolerance=4)

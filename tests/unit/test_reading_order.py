@@ -145,3 +145,31 @@ def test_garbage_touching_the_end_of_a_name_tag_does_not_join_it():
     # Read confidently, the same two pieces are one line cut in two.
     whole = [TextLine(265, 699, 337, 734, "ホシノ", 0.9), TextLine(347, 711, 395, 735, "です")]
     assert [block.text for block in reading_order(whole)] == ["ホシノです"]
+
+
+def test_a_block_box_lies_inside_its_image():
+    """A detector's box grows into the paper added around a tight crop (a 99x178 bubble
+    gave [16, -7, 93, 163] before): the stored box is clipped to the image."""
+    lines = [TextLine(16, -7, 60, 163, "ここは"), TextLine(62, -3, 103, 185, "どこ")]
+    (block,) = reading_order(lines)
+    assert block.as_json(size=(99, 178))["box"] == [16, 0, 99, 178]
+    # Scaled back to a larger original, the box is clipped to the original's size.
+    assert block.as_json(2.0, 2.0, size=(198, 356))["box"] == [32, 0, 198, 356]
+
+
+def test_text_outside_the_panels_is_read_where_it_stands_among_them():
+    """A header above the panels comes first, a note in the gutter above the last panel
+    before it, a note down the left margin (beside them all) after everything."""
+    panels = [
+        (400.0, 100.0, 700.0, 400.0),
+        (100.0, 100.0, 390.0, 400.0),
+        (100.0, 500.0, 700.0, 800.0),
+    ]
+    header = row(300, 20, "header", size=40)
+    first, second = column(550, 150, "みぎ"), column(250, 150, "ひだり")
+    note = column(500, 420, "ちゅう", size=25)  # in the gutter, above the last panel
+    last = column(500, 550, "した")
+    margin = column(0, 0, "はじのおしらせをここにかく", size=60)
+    blocks = reading_order([margin, last, note, second, first, header], panels)
+    expected = ["header", "みぎ", "ひだり", "ちゅう", "した", "はじのおしらせをここにかく"]
+    assert [block.text for block in blocks] == expected

@@ -1,0 +1,123 @@
+"""Which balloon each text line is printed in: the enclosed patch of paper around it.
+
+Two lines in two different balloons are never one block, however close they are (two
+bubbles that touch, a bubble beside a caption or a margin note). A line on open paper, or on
+art, is in no balloon and is grouped by its neighbours alone (`layout`). Pure numpy and
+OpenCV over a greyscale page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from manga_page_analysis.analysis.layout import TextLine
+from manga_page_analysis.analysis.panels import LIGHT, paper_level
+
+BUBBLE_MIN_AREA: Final = 2.0
+"""A patch of paper is a balloon around a line when it is at least this many times the
+line's box (it surrounds the line with a margin); smaller patches are gaps between glyphs."""
+BUBBLE_MAX_AREA: Final = 0.2
+"""A patch of paper over this share of the page is the open page (gutters, margins), not a
+balloon."""
+UNCOVERED_SHARE: Final = 0.15
+"""A balloon whose ink lies outside the lines found in it by more than this share is read
+again on its own (a column the page-wide detection missed)."""
+COVER_PAD: Final = 0.3
+"""A line covers the ink within this many of its thicknesses around its box (voiced marks,
+ruby, punctuation beside it)."""
+INSIDE_BUBBLE: Final = 0.6
+"""A line whose own patch is no balloon (its glyphs cut the paper around it, or it touches
+the outline) is in a balloon when this share of its box lies in the balloon's box."""
+
+
+def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextLine]:
+    """`lines`, each with the balloon (`TextLine.bubble`) it is printed in, or `None`."""
+    import cv2  # rapidocr's dependency
+
+    if not lines:
+        return []
+    _, labels, stats = _paper_patches(grey)
+    areas = stats[:, cv2.CC_STAT_AREA]
+    height, width = grey.shape
+    found: list[int | None] = []
+    for line in lines:
+        x0, y0 = max(0, int(line.x0)), max(0, int(line.y0))
+        x1, y1 = min(width, int(line.x1) + 1), min(height, int(line.y1) + 1)
+        inside = labels[y0:y1, x0:x1].ravel()
+        inside = inside[inside > 0]
+        bubble = None
+        if inside.size:
+            label = int(np.bincount(inside).argmax())
+            box_area = max(1, (x1 - x0) * (y1 - y0))
+            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * grey.size:
+                bubble = label
+        found.append(bubble)
+    balloons = {label: stats[label, :4].tolist() for label in found if label is not None}
+    placed = []
+    for line, bubble in zip(lines, found, strict=True):
+        if bubble is None:
+            bubble = next(
+                (
+                    label
+                    for label, box in balloons.items()
+                    if _share_inside(line, box) >= INSIDE_BUBBLE
+                ),
+                None,
+            )
+        placed.append(dataclasses.replace(line, bubble=bubble))
+    return placed
+
+
+def uncovered_bubbles(
+    lines: Sequence[TextLine], grey: NDArray[np.uint8]
+) -> list[tuple[int, int, int, int]]:
+    """Boxes `(x0, y0, x1, y1)` of the balloons holding lines whose ink the lines do not
+    cover (more than `UNCOVERED_SHARE` of it outside them): a column was missed there."""
+    import cv2
+
+    paper, labels, stats = _paper_patches(grey)
+    placed = in_bubbles(lines, grey)
+    found = []
+    for label in sorted({line.bubble for line in placed if line.bubble is not None}):
+        x, y, w, h = stats[label, :4].tolist()
+        patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
+        contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        filled = np.zeros_like(patch)
+        cv2.drawContours(filled, contours, -1, 1, thickness=cv2.FILLED)
+        ink = (filled > 0) & (paper[y : y + h, x : x + w] == 0)
+        covered = np.zeros_like(ink)
+        for line in placed:
+            if line.bubble == label:
+                pad = COVER_PAD * line.thickness
+                x0, y0 = max(0, round(line.x0 - pad - x)), max(0, round(line.y0 - pad - y))
+                covered[
+                    y0 : max(y0, round(line.y1 + pad - y)), x0 : max(x0, round(line.x1 + pad - x))
+                ] = True
+        total = int(ink.sum())
+        if total and int((ink & ~covered).sum()) > UNCOVERED_SHARE * total:
+            found.append((x, y, x + w, y + h))
+    return found
+
+
+def _paper_patches(
+    grey: NDArray[np.uint8],
+) -> tuple[NDArray[np.uint8], NDArray[np.int32], NDArray[np.int32]]:
+    """The paper mask (1: paper), its connected patches' labels and their stats."""
+    import cv2
+
+    paper = np.ascontiguousarray(grey >= LIGHT * paper_level(grey), dtype=np.uint8)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(paper, connectivity=4)
+    return paper, np.asarray(labels, dtype=np.int32), np.asarray(stats, dtype=np.int32)
+
+
+def _share_inside(line: TextLine, box: list[int]) -> float:
+    """The share of the line's box inside `box` (left, top, width, height)."""
+    left, top, width, height = box
+    w = max(0.0, min(line.x1, left + width) - max(line.x0, left))
+    h = max(0.0, min(line.y1, top + height) - max(line.y0, top))
+    return w * h / max(1.0, line.width * line.height)

@@ -1,0 +1,50 @@
+"""Balloons around text lines (an enclosed patch of paper), on pages drawn with numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from manga_page_analysis.analysis.bubbles import in_bubbles, uncovered_bubbles
+from manga_page_analysis.analysis.layout import TextLine, reading_order
+
+
+def page_with_a_balloon() -> np.ndarray:
+    """Grey art (a magazine scan's paper is grey too) with one white balloon, outlined, and
+    a strip of open paper down the left margin."""
+    grey = np.full((800, 500), 120, dtype=np.uint8)
+    grey[:, :60] = 225  # the margin: open paper, not a balloon
+    grey[100:400, 150:350] = 20  # the balloon's outline
+    grey[104:396, 154:346] = 250  # its paper
+    grey[120:380, 300:330] = 30  # a column of text: its glyphs are ink
+    return grey
+
+
+def test_a_line_in_a_balloon_is_in_it_and_a_margin_note_is_in_none():
+    grey = page_with_a_balloon()
+    column = TextLine(296, 116, 334, 384, "まあドンマイ")
+    note = TextLine(10, 20, 50, 780, "サイン会やります")
+    placed = in_bubbles([column, note], grey)
+    assert placed[0].bubble is not None
+    assert placed[1].bubble is None
+
+
+def test_a_column_beside_a_balloon_is_not_read_into_it():
+    """Close enough to join by distance alone, but one is in a balloon and one is not."""
+    grey = page_with_a_balloon()
+    grey[120:380, 262:292] = 30  # a second column of the balloon
+    lines = [
+        TextLine(296, 116, 334, 384, "まあドンマイ"),
+        TextLine(258, 116, 294, 384, "だよな"),
+        TextLine(352, 116, 390, 384, "おしらせ"),  # just outside the outline, on the art
+    ]
+    blocks = reading_order(in_bubbles(lines, grey))
+    assert sorted(block.text for block in blocks) == ["おしらせ", "まあドンマイだよな"]
+
+
+def test_a_balloon_with_a_column_no_line_covers_is_read_again():
+    grey = page_with_a_balloon()
+    grey[120:380, 262:292] = 30  # a second column, which the detection missed
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    missed = TextLine(258, 116, 294, 384, "だよな")
+    assert uncovered_bubbles([read], grey) == [(154, 104, 346, 396)]
+    assert uncovered_bubbles([read, missed], grey) == []
