@@ -121,7 +121,7 @@ def _tables(url: str) -> set[str]:
 def test_migrate_from_the_installed_package(installed: Installed, blank_database: str) -> None:
     result = installed.run("-m", "manga_page_analysis", "migrate", DATABASE_URL=blank_database)
     assert result.returncode == 0, result.stderr
-    assert f"to {head_revision()} (head)" in result.stdout
+    assert f"to revision {head_revision()} (head)" in result.stdout
     assert {"crawler_jobs", "page_analysis", "pages"} <= _tables(blank_database)
 
 
