@@ -10,27 +10,31 @@ from datetime import timedelta
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import PayloadError
-from manga_page_analysis.queue.payloads import decode_payload
+from manga_page_analysis.queue.kinds import decode_payload, registered_kinds, require_kinds
 from manga_page_analysis.queue.states import dead_letter
 from manga_page_analysis.queue.table import Lease, run
 
 
 def lease(conn: Conn, kind: str | None, limit: int, lease_duration: timedelta) -> list[Lease]:
-    """Lease up to `limit` due jobs of `kind` (`None`: any kind)."""
-    return _lease(conn, None if kind is None else [kind], limit, lease_duration)
+    """Lease up to `limit` due jobs of `kind` (`None`: any registered kind; rows
+    of kinds this process has not registered stay where they are)."""
+    if kind is None:
+        return _lease(conn, [known.name for known in registered_kinds()], limit, lease_duration)
+    return _lease(conn, require_kinds([kind]), limit, lease_duration)
 
 
 def lease_kinds(
     conn: Conn, kinds: Sequence[str], limit: int, lease_duration: timedelta
 ) -> list[Lease]:
-    """Lease up to `limit` due jobs whose kind is one of `kinds`."""
+    """Lease up to `limit` due jobs whose kind is one of `kinds` (each registered:
+    `ValueError` otherwise, since its rows could not be decoded)."""
     if not kinds:
         return []
-    return _lease(conn, list(kinds), limit, lease_duration)
+    return _lease(conn, require_kinds(kinds), limit, lease_duration)
 
 
 @functools.lru_cache(maxsize=512)
-def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
+def _lease_statement(kinds: tuple[str, ...], limit: int) -> str:
     """The lease statement for `kinds` and `limit`, built once.
 
     Two arms lock their first due rows (`FOR UPDATE SKIP LOCKED`, `LIMIT`), each
@@ -45,11 +49,8 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     match the partial indexes' predicates, and a bound `LIMIT` would make a
     generic plan guess 10 % of the table and hash-join a full scan.
     """
-    kind = ""
-    if kinds is not None:
-        # Quoted for SQL, `%` doubled for psycopg's parameter syntax; spelled as in the index.
-        quoted = ", ".join("'" + k.replace("'", "''").replace("%", "%%") + "'" for k in kinds)
-        kind = f"AND (payload ->> 'kind') IN ({quoted})"
+    # Registered kind names are `[a-z][a-z0-9_]*`: safe inline; spelled as in the index.
+    kind = "AND (payload ->> 'kind') IN (" + ", ".join(f"'{k}'" for k in kinds) + ")"
     n = int(limit)
     return f"""
         WITH pending AS MATERIALIZED (
@@ -76,14 +77,12 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
         """
 
 
-def _lease(
-    conn: Conn, kinds: list[str] | None, limit: int, lease_duration: timedelta
-) -> list[Lease]:
+def _lease(conn: Conn, kinds: list[str], limit: int, lease_duration: timedelta) -> list[Lease]:
     """Lease, then hand out the rows in schedule order, dead-lettering any that
     cannot be worked on. No row lock outlives the caller's transaction."""
     if limit < 1:
         return []
-    statement = _lease_statement(None if kinds is None else tuple(sorted(set(kinds))), limit)
+    statement = _lease_statement(tuple(sorted(set(kinds))), limit)
     result = run(conn, statement, {"lease_duration": lease_duration})
     # Rows unpacked and indexed as tuples: per row, attribute access by name costs
     # more than the rest of the bookkeeping.
@@ -95,8 +94,8 @@ def _lease(
         try:
             payload = decode_payload(data)
         except PayloadError as exc:
-            # A poison row must not jam the queue: dead-letter it and hand
-            # out the rest of the batch.
+            # A poison row (its kind is registered, its payload is not one)
+            # must not jam the queue: dead-letter it and hand out the rest.
             unusable.append((job_id, generation, str(exc)))
             continue
         if attempts <= max_attempts:
