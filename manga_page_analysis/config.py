@@ -29,6 +29,11 @@ DEFAULT_DEV_DIR = Path(".dev")
 DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
 """Largest page image read from storage (20 MiB)."""
 
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 25.0
+"""How long a page being analysed may finish after a stop signal: most pages take
+seconds to a minute, and 25 s leaves a release and exit inside the 30 s a
+container platform (Kubernetes, Docker) waits before it kills."""
+
 POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 """What `DATABASE_URL` may start with (`postgresql://` and `postgres://` use psycopg 3)."""
 POSTGRES_URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/dbname"
@@ -87,7 +92,13 @@ class Settings(BaseSettings):
         description="LISTEN for new jobs (instant pickup); off behind PgBouncer transaction mode.",
     )
     readiness_poll_seconds: float = Field(default=2.0, gt=0, description="Re-probe interval.")
-    shutdown_grace_seconds: float = Field(default=10.0, ge=0)
+    shutdown_grace_seconds: float = Field(
+        default=DEFAULT_SHUTDOWN_GRACE_SECONDS,
+        ge=0,
+        le=3600,
+        description="On a stop signal, how long running jobs may finish before they are "
+        "released; 0 releases at once.",
+    )
     reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
 
     log_format: Literal["text", "json"] = Field(

@@ -104,6 +104,7 @@ def analysis_runner(
             reap_retention_days=settings.reap_retention_days,
             name="analysis",
             observer=observer,
+            shutdown_grace=settings.shutdown_grace_seconds,
         )
         failures: list[ServiceError] = []
 

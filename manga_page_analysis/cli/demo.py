@@ -28,6 +28,7 @@ from manga_page_analysis.config import DEFAULT_VISION_URL, Settings
 from manga_page_analysis.models import Chapter, Job, Manga, Page, PageAnalysis
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, request_analysis
 from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.runner import SHUTDOWN_JOIN_SECONDS
 
 
 def _sample_folder() -> Path:
@@ -71,7 +72,7 @@ def run_demo(
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
-            graceful.on_stop(runner.stop)
+            graceful.on_stop(runner.stop, now=runner.stop_now)
             runner.start()
             deadline = time.monotonic() + timeout
             try:
@@ -80,7 +81,7 @@ def run_demo(
                         break
             finally:
                 runner.stop()
-                runner.join(settings.shutdown_grace_seconds)
+                runner.join(settings.shutdown_grace_seconds + SHUTDOWN_JOIN_SECONDS)
     finally:
         if ocr is not None:
             ocr.close()

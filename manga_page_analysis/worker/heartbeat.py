@@ -16,7 +16,7 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from manga_page_analysis.queue import reap_done, release_many, renew_many
+from manga_page_analysis.queue import reap_done, renew_many
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession, short_error
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.outage import DatabaseOutage
@@ -85,7 +85,7 @@ class Heartbeat(ThreadService):
                     retry = min(self.interval, max(session.delay, 0.05))
                     next_renew = now + (self.interval if renewed else retry)
                     self._maybe_reap(session, now)
-            self._release_in_flight(session)
+            self._release_in_flight()
         finally:
             session.close()
 
@@ -112,24 +112,10 @@ class Heartbeat(ThreadService):
                 self._outcomes.lease_lost(job)
         return True
 
-    def _release_in_flight(self, session: DbSession) -> None:
+    def _release_in_flight(self) -> None:
         abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
-        if not abandoned:
-            return
-        try:
-            released = session.run(
-                lambda conn: release_many(conn, [job.lease for job in abandoned])
-            )
-        except Exception as exc:
-            logger.error(
-                "could not release %d in-flight job(s) on shutdown (%s); their leases will "
-                "expire and they will be reclaimed",
-                len(abandoned),
-                short_error(exc),
-            )
-            return
-        for job in abandoned:
-            self._outcomes.released(job, job.lease.id in released)
+        if abandoned:
+            self._outcomes.release_all(abandoned, "released on shutdown")
 
     def _maybe_reap(self, session: DbSession, now: float) -> None:
         if not self._reap_retention_days or now - self._last_reap < REAP_EVERY_SECONDS:

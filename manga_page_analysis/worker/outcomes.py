@@ -24,7 +24,7 @@ from tenacity import (
 )
 
 from manga_page_analysis.errors import ServiceError, without_reprs
-from manga_page_analysis.queue import Lease, ack_dead, ack_failed, release
+from manga_page_analysis.queue import Lease, ack_dead, ack_failed, release_many
 from manga_page_analysis.worker.dbsession import is_transient_db_error, short_error
 from manga_page_analysis.worker.events import EventBus, JobEvent
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
@@ -154,30 +154,26 @@ class Outcomes:
         finally:
             self._jobs.remove(job)
 
-    def released(self, job: InFlight, released: bool) -> None:
-        """Given back on shutdown (`released`), or found already gone."""
-        with job_log_context(**job.log_fields):
-            if not released:
-                logger.warning("%s: lease already gone at shutdown; nothing released", job.label)
-                return
-            logger.info("%s released on shutdown (attempt refunded)", job.label)
-            self.observe(job, "released")
-            self.publish("cancelled", job, attempt=job.lease.attempts)
-
-    def give_back(self, job: InFlight) -> None:
-        """Release a job that was leased but never started (attempt refunded)."""
+    def release_all(self, jobs: list[InFlight], why: str) -> None:
+        """Give back abandoned jobs in one fenced statement (`pending` at once,
+        attempt refunded); each is reported: `why` it went back, or that its
+        lease was already gone."""
         try:
-            released = self._write(lambda conn: release(conn, job.lease))
+            released = self._write(lambda conn: release_many(conn, [job.lease for job in jobs]))
         except Exception as exc:
             logger.error(
-                "%s: could not give the job back (%s); its lease will expire",
-                job.label,
+                "could not give back %d job(s) (%s); their leases will expire and they "
+                "will be reclaimed",
+                len(jobs),
                 short_error(exc),
             )
             return
-        with job_log_context(**job.log_fields):
-            if released:
-                logger.info("%s given back unrun: the readiness gate closed", job.label)
+        for job in jobs:
+            with job_log_context(**job.log_fields):
+                if job.lease.id not in released:
+                    logger.warning("%s: lease already gone; nothing given back", job.label)
+                    continue
+                logger.info("%s %s (attempt refunded)", job.label, why)
                 self.observe(job, "released")
                 self.publish("cancelled", job, attempt=job.lease.attempts)
 

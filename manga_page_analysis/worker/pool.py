@@ -122,7 +122,7 @@ class WorkerPool:
             # Leased ahead while the gate was open; it has closed since (a
             # failed attempt made it probe again): give the job back unrun.
             if self._jobs.abandon(job):
-                self._outcomes.give_back(job)
+                self._outcomes.release_all([job], "given back unrun: the readiness gate closed")
             return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:

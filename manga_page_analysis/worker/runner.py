@@ -13,12 +13,13 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from manga_page_analysis.queue import Lease, reclaim_expired
+from manga_page_analysis.queue.kinds import require_kinds
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import runner_outage, short_error
 from manga_page_analysis.worker.events import EventBus
 from manga_page_analysis.worker.handler import AnyHandler, JobContext
 from manga_page_analysis.worker.heartbeat import Heartbeat
-from manga_page_analysis.worker.inflight import InFlightJobs
+from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.leasing import LeaseLoop, WakeupListener
 from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.outcomes import Outcomes
@@ -30,12 +31,18 @@ logger = logging.getLogger(__name__)
 
 SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for each service in turn."""
+GRACE_POLL_SECONDS = 0.05
+"""During a soft stop, how often the runner checks whether its jobs have ended."""
 
 
 class Runner:
-    """Runs `handlers` on `workers` pool threads until `stop()`; on shutdown,
-    in-flight jobs are released at once (attempt refunded, `cancelled`
-    published) without waiting for their dispatch.
+    """Runs `handlers` (one per registered kind; it leases only those kinds) on
+    `workers` pool threads until `stop()`.
+
+    The first `stop()` is a soft stop: nothing more is leased, jobs leased
+    but not started are given back, and running jobs may finish for up to
+    `shutdown_grace` seconds; whatever still runs then is released (attempt
+    refunded, `cancelled` published). `stop_now()` releases at once.
 
     The keywords are documented in docs/worker.md ("Keywords"); besides them,
     `listen_url` is the direct connection LISTEN uses (default: the engine's
@@ -61,9 +68,14 @@ class Runner:
         prefetch: int | None = None,
         ack_linger: float = 0.002,
         ack_max_batch: int = 1000,
+        shutdown_grace: float = 0.0,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
+        require_kinds(handler.kind for handler in handlers)
+        if shutdown_grace < 0:
+            raise ValueError("shutdown_grace must be at least 0")
+        self.shutdown_grace = shutdown_grace
         if workers < 1 or (prefetch is not None and prefetch < 0):
             raise ValueError("workers must be at least 1 and prefetch at least 0")
         self._engine = engine
@@ -72,12 +84,13 @@ class Runner:
         self._readiness = readiness
         self._name = name
         self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
         self._shutdown: threading.Thread | None = None
         # Reentrant: a signal handler calling stop() may interrupt start().
         self._lifecycle = threading.RLock()
         outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
-        self._outcomes = Outcomes(engine, jobs, events, observer, self._stopping, outage)
+        self._outcomes = Outcomes(engine, jobs, events, observer, self._hard_stop, outage)
         self.acker = Acker(
             engine, outage, self._outcomes, linger=ack_linger, max_batch=ack_max_batch, name=name
         )
@@ -142,9 +155,16 @@ class Runner:
             for service in self._services:
                 service.start()
 
+    def stop_now(self) -> None:
+        """`stop()`, and end its grace period now: running jobs are released."""
+        self.stop()
+        if not self._hard_stop.is_set():
+            self._hard_stop.set()
+            logger.info("stopping now: running jobs are released")
+
     def stop(self) -> None:
-        """Start the shutdown on a thread of its own (services stopped and joined
-        one by one, in reverse start order); returns at once. A second call does nothing."""
+        """Start the shutdown on a thread of its own (a soft stop: see the class);
+        returns at once. A second call does nothing (`stop_now()` ends the grace)."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
@@ -158,6 +178,8 @@ class Runner:
     def _shut_down(self) -> None:
         with self._lifecycle:
             pass  # a start() under way (a signal may arrive during it) ends first
+        self._let_running_jobs_finish()
+        self._hard_stop.set()  # from here on, retries of a write no longer wait
         for service in reversed(self._services):
             began = time.monotonic()
             service.stop()
@@ -171,6 +193,43 @@ class Runner:
                     type(service).__name__,
                     SHUTDOWN_JOIN_SECONDS,
                 )
+
+    def _let_running_jobs_finish(self) -> None:
+        """The soft stop: stop leasing, give back what has not started, then wait
+        up to the grace period (or a second `stop()`) for running jobs to end."""
+        if self.shutdown_grace <= 0:
+            return
+        deadline = time.monotonic() + self.shutdown_grace
+        self._lease_loop.stop()
+        self.listener.stop()
+        self._lease_loop.join(SHUTDOWN_JOIN_SECONDS)
+        self._give_back_unstarted()
+        if len(self._jobs):
+            logger.info(
+                "stopping: %d running job(s) may finish for up to %.0f s (stop again to "
+                "release them now)",
+                len(self._jobs),
+                self.shutdown_grace,
+            )
+        # Polled: jobs end on pool threads, the acker and the heartbeat, and the
+        # registry has no end-of-job signal of its own.
+        while len(self._jobs) and not self._hard_stop.wait(GRACE_POLL_SECONDS):
+            if time.monotonic() >= deadline:
+                logger.info(
+                    "grace period of %.0f s over: releasing %d running job(s)",
+                    self.shutdown_grace,
+                    len(self._jobs),
+                )
+                break
+
+    def _give_back_unstarted(self) -> None:
+        queued = [
+            job
+            for job in self._jobs.snapshot()
+            if job.state is JobState.QUEUED and self._jobs.abandon(job)
+        ]
+        if queued:
+            self._outcomes.release_all(queued, "given back unstarted: the runner is stopping")
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Block until `stop()` was called (or `timeout` passes)."""

@@ -35,6 +35,8 @@ def _env(database_url: str, vision_url: str, storage_root: Path, **extra: str) -
         ANALYSIS_WORKERS="2",
         IDLE_POLL_SECONDS="0.05",
         READINESS_POLL_SECONDS="0.1",
+        # A stop releases the job in flight at once (the grace period has its own tests).
+        SHUTDOWN_GRACE_SECONDS="0",
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

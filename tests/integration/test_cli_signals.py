@@ -179,6 +179,7 @@ def test_django_run_worker_stops_gracefully_on_sighup(
         STORAGE_ROOT=str(storage),
         IDLE_POLL_SECONDS="0.05",
         READINESS_POLL_SECONDS="0.1",
+        SHUTDOWN_GRACE_SECONDS="0",
     )
     process = start_run_worker(env, tmp_path)
     try:
