@@ -100,6 +100,25 @@ class Settings(BaseSettings):
         "released; 0 releases at once.",
     )
     reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
+    leader_lease_seconds: float = Field(
+        default=30.0,
+        ge=3,
+        le=600,
+        description="How long the maintenance leader's lease lasts (renewed at 1/3); a "
+        "leader that dies is replaced within it.",
+    )
+    reclaim_interval_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="How often the leader reclaims expired leases (and dead-letters crash loops).",
+    )
+    reap_interval_seconds: float = Field(
+        default=3600.0,
+        ge=60,
+        le=86400,
+        description="How often the leader deletes done jobs older than REAP_RETENTION_DAYS.",
+    )
 
     log_format: Literal["text", "json"] = Field(
         default="text", description="`json`: one JSON object per log line (job fields included)."

@@ -105,6 +105,9 @@ def analysis_runner(
             name="analysis",
             observer=observer,
             shutdown_grace=settings.shutdown_grace_seconds,
+            leader_lease=timedelta(seconds=settings.leader_lease_seconds),
+            reclaim_interval=settings.reclaim_interval_seconds,
+            reap_interval=settings.reap_interval_seconds,
         )
         failures: list[ServiceError] = []
 

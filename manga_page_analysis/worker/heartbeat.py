@@ -14,19 +14,15 @@ import time
 from datetime import timedelta
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
-from manga_page_analysis.queue import reap_done, renew_many
-from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession, short_error
+from manga_page_analysis.queue import renew_many
+from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.outage import DatabaseOutage
 from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
-
-REAP_EVERY_SECONDS = 3600.0
-"""How often old `done` jobs are deleted (when `reap_retention_days` is set)."""
 
 
 class Heartbeat(ThreadService):
@@ -44,7 +40,6 @@ class Heartbeat(ThreadService):
         outage: DatabaseOutage,
         *,
         lease_duration: timedelta,
-        reap_retention_days: int = 0,
         name: str = "worker",
     ) -> None:
         super().__init__(name)
@@ -54,8 +49,6 @@ class Heartbeat(ThreadService):
         self._outage = outage
         self.lease_duration = lease_duration
         self.interval = lease_duration.total_seconds() / 3
-        self._reap_retention_days = reap_retention_days
-        self._last_reap = float("-inf")
         self.wake_at = float("inf")
         """When the thread plans to wake next (`time.monotonic()`)."""
 
@@ -84,7 +77,6 @@ class Heartbeat(ThreadService):
                     # (sooner than a beat: the lease window is only 3 beats).
                     retry = min(self.interval, max(session.delay, 0.05))
                     next_renew = now + (self.interval if renewed else retry)
-                    self._maybe_reap(session, now)
             self._release_in_flight()
         finally:
             session.close()
@@ -116,17 +108,3 @@ class Heartbeat(ThreadService):
         abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
         if abandoned:
             self._outcomes.release_all(abandoned, "released on shutdown")
-
-    def _maybe_reap(self, session: DbSession, now: float) -> None:
-        if not self._reap_retention_days or now - self._last_reap < REAP_EVERY_SECONDS:
-            return
-        self._last_reap = now
-        try:
-            reaped = session.run(lambda conn: reap_done(conn, self._reap_retention_days))
-        except (DatabaseUnavailable, SQLAlchemyError) as exc:
-            logger.warning("could not reap done jobs: %s", short_error(exc))
-            return
-        if reaped:
-            logger.info(
-                "deleted %d done job(s) older than %d days", reaped, self._reap_retention_days
-            )

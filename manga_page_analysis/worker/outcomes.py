@@ -187,7 +187,7 @@ class Outcomes:
             self.notify_observer("lease_lost", job.lease.payload.kind)
 
     def crash_loop(self, lease: Lease, breadcrumb: Mapping[str, Any] | None, error: str) -> None:
-        """Dead-lettered at start-up after crashing its workers again and again."""
+        """Dead-lettered by the maintenance after crashing its workers again and again."""
         self.notify_observer("job_finished", lease.payload.kind, "dead", 0.0)
         details = {
             "attempt": lease.attempts,
@@ -204,10 +204,12 @@ class Outcomes:
         self.notify_observer("job_finished", job.lease.payload.kind, outcome, max(0.0, seconds))
 
     def notify_observer(self, method: str, *args: Any) -> None:
-        if self._observer is None:
+        # Methods are optional: an observer written before one existed lacks it.
+        call = getattr(self._observer, method, None)
+        if call is None:
             return
         try:
-            getattr(self._observer, method)(*args)
+            call(*args)
         except Exception:
             logger.exception("runner observer failed in %s", method)
 

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine
 
-from manga_page_analysis.queue import Lease, reclaim_expired
 from manga_page_analysis.queue.kinds import require_kinds
 from manga_page_analysis.worker.acker import Acker
-from manga_page_analysis.worker.dbsession import runner_outage, short_error
+from manga_page_analysis.worker.dbsession import runner_outage
 from manga_page_analysis.worker.events import EventBus
-from manga_page_analysis.worker.handler import AnyHandler, JobContext
+from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.leasing import LeaseLoop, WakeupListener
+from manga_page_analysis.worker.maintenance import Maintainer
 from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.pool import WorkerPool
@@ -69,6 +68,10 @@ class Runner:
         ack_linger: float = 0.002,
         ack_max_batch: int = 1000,
         shutdown_grace: float = 0.0,
+        maintenance: bool = True,
+        leader_lease: timedelta = timedelta(seconds=30),
+        reclaim_interval: float = 30.0,
+        reap_interval: float = 3600.0,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
@@ -100,7 +103,18 @@ class Runner:
             self._outcomes,
             outage,
             lease_duration=lease_duration,
+            name=name,
+        )
+        self.maintainer = Maintainer(
+            engine,
+            self._handlers,
+            self._outcomes,
+            outage,
+            leader_lease=leader_lease,
+            reclaim_interval=reclaim_interval,
+            reap_interval=reap_interval,
             reap_retention_days=reap_retention_days,
+            on_leading=functools.partial(self._outcomes.notify_observer, "leader_changed"),
             name=name,
         )
         self._pool = WorkerPool(
@@ -135,6 +149,7 @@ class Runner:
             name=name,
         )
         self._services: list[Service] = [
+            *([self.maintainer] if maintenance else []),
             *([self.listener] if listen else []),
             self.acker,
             self._pool,
@@ -146,12 +161,10 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Reclaim orphaned leases once, then start the services in order.
-        Does nothing once `stop()` was called."""
+        """Start the services in order. Does nothing once `stop()` was called."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
-            self._reclaim_at_start()
             for service in self._services:
                 service.start()
 
@@ -264,45 +277,3 @@ class Runner:
     def worker_deaths(self) -> int:
         """Runner threads that died unexpectedly and were run again."""
         return sum(s.deaths for s in self._services if isinstance(s, ThreadService))
-
-    def _reclaim_at_start(self) -> None:
-        """Reclaim expired leases in one transaction. `reclaim_expired` dead-letters a
-        job reclaimed `RECLAIM_LIMIT` times in a row; the queue knows no job kind,
-        so its handler's `save_failure` is written here, in the same transaction,
-        and the job is reported like a last attempt once that committed."""
-        try:
-            with self._engine.begin() as conn:
-                reclaim = reclaim_expired(conn)
-                breadcrumbs = [
-                    self._record_crash_loop(conn, lease, reclaim.error)
-                    for lease in reclaim.dead_lettered
-                ]
-        except SQLAlchemyError as exc:
-            logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
-            return
-        for lease, breadcrumb in zip(reclaim.dead_lettered, breadcrumbs, strict=True):
-            self._outcomes.crash_loop(lease, breadcrumb, reclaim.error)
-
-    def _record_crash_loop(
-        self, conn: Connection, lease: Lease, error: str
-    ) -> Mapping[str, Any] | None:
-        """The job's breadcrumb, or `None` when its handler is not this runner's,
-        had nothing to record, or failed to."""
-        handler = self._handlers.get(lease.payload.kind)
-        if handler is None:
-            return None  # another runner's kind: the dead row is the whole record
-        label = f"job {lease.id}"
-        try:
-            # A savepoint: a handler that cannot record this must not undo the reclaim.
-            with conn.begin_nested():
-                item = handler.load(conn, lease)
-                if item is None:
-                    return None
-                now = time.monotonic()
-                handler.save_failure(
-                    conn, item, error, JobContext(lease, now, threading.Event(), now, label)
-                )
-            return handler.breadcrumb(item)
-        except Exception:
-            logger.exception("%s: could not record its crash-loop failure", label)
-            return None

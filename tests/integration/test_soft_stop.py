@@ -87,9 +87,7 @@ def test_a_second_signal_ends_the_grace_period_at_once(
     hold = threading.Event()
     vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
     # A grace far longer than the test may take: only the second signal ends it.
-    env = _env(
-        database_url, vision_server.url, tmp_path / "storage", SHUTDOWN_GRACE_SECONDS="3600"
-    )
+    env = _env(database_url, vision_server.url, tmp_path / "storage", SHUTDOWN_GRACE_SECONDS="3600")
     with listening(database_url) as received:
         process = start_worker(env, tmp_path)
         try:
