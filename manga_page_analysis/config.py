@@ -102,7 +102,7 @@ class Settings(BaseSettings):
     reap_retention_days: int = Field(default=7, ge=0, description="Keep done jobs; 0 keeps all.")
     leader_lease_seconds: float = Field(
         default=30.0,
-        ge=3,
+        ge=1,
         le=600,
         description="How long the maintenance leader's lease lasts (renewed at 1/3); a "
         "leader that dies is replaced within it.",

@@ -1,5 +1,5 @@
 """The heartbeat: one thread per runner that keeps its leases alive and
-enforces deadlines and shutdown.
+enforces deadlines; nothing else.
 
 Every `interval` (a third of the lease) it renews ALL in-flight leases in one
 statement, fenced per row: a lease found lost abandons exactly its own job.
@@ -9,13 +9,13 @@ A job past its deadline is abandoned and failed with the handler's timeout messa
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import timedelta
 
 from sqlalchemy import Engine
 
 from manga_page_analysis.queue import renew_many
+from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.outage import DatabaseOutage
@@ -26,16 +26,13 @@ logger = logging.getLogger(__name__)
 
 
 class Heartbeat(ThreadService):
-    """Stopping it releases every job still queued or executing, in one
-    statement, as the last thing its thread does."""
-
     role = "heartbeat"
-    restart_when_stopping = True  # its run ends with the shutdown release
 
     def __init__(
         self,
         engine: Engine,
         jobs: InFlightJobs,
+        acker: Acker,
         outcomes: Outcomes,
         outage: DatabaseOutage,
         *,
@@ -45,6 +42,7 @@ class Heartbeat(ThreadService):
         super().__init__(name)
         self._engine = engine
         self._jobs = jobs
+        self._acker = acker
         self._outcomes = outcomes
         self._outage = outage
         self.lease_duration = lease_duration
@@ -58,8 +56,7 @@ class Heartbeat(ThreadService):
             self._wake.set()
 
     def run(self) -> None:
-        # Never cut short: the release on shutdown gets the session's one retry.
-        session = DbSession(self._engine, self._outage, threading.Event(), autocommit=True)
+        session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
         next_renew = time.monotonic() + self.interval
         try:
             while not self.stopped.is_set():
@@ -77,7 +74,6 @@ class Heartbeat(ThreadService):
                     # (sooner than a beat: the lease window is only 3 beats).
                     retry = min(self.interval, max(session.delay, 0.05))
                     next_renew = now + (self.interval if renewed else retry)
-            self._release_in_flight()
         finally:
             session.close()
 
@@ -87,7 +83,7 @@ class Heartbeat(ThreadService):
             if job.state is not JobState.EXECUTING or ctx is None or ctx.deadline > now:
                 continue
             if self._jobs.abandon(job):
-                self._outcomes.fail(job, job.handler.timeout_message, permanent=False)
+                self._acker.fail(job, job.handler.timeout_message, permanent=False)
 
     def _renew(self, session: DbSession) -> bool:
         held = self._jobs.snapshot()
@@ -103,8 +99,3 @@ class Heartbeat(ThreadService):
             if job.lease.id not in current and self._jobs.abandon(job):
                 self._outcomes.lease_lost(job)
         return True
-
-    def _release_in_flight(self) -> None:
-        abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
-        if abandoned:
-            self._outcomes.release_all(abandoned, "released on shutdown")

@@ -230,7 +230,9 @@ class WakeupListener(ThreadService):
                     established = True
                     if self.connections > 1:
                         self._on_wake()  # notifications may have been missed meanwhile
-                    self._outage.recovered()
+                    # No `recovered()`: this direct connection working says nothing
+                    # of the engine's way (PgBouncer, say), and ending the outage
+                    # here while the others still fail would log it twice.
                     failures = 0
                     self._listen(conn)
                     return

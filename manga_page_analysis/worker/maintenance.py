@@ -72,11 +72,27 @@ class Maintainer(ThreadService):
         self.leading = False
         self.reclaims = 0
         """Reclaim rounds run while leading (tests synchronise on it)."""
+        self._session: DbSession | None = None
+        self._next_reclaim = 0.0
+
+    def _db(self) -> DbSession:
+        if self._session is None:
+            self._session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
+        return self._session
+
+    def first_round(self) -> None:
+        """One election, and a reclaim if it won, on the caller's thread (before
+        `start()`: the session then passes to the service's thread)."""
+        session = self._db()
+        self._set_leading(self._elect(session))
+        if self.leading:
+            self._reclaim(session)
+            self._next_reclaim = time.monotonic() + self.reclaim_interval
 
     def run(self) -> None:
-        session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
+        session = self._db()
         renew_every = self.leader_lease.total_seconds() / 3
-        next_reclaim = next_reap = 0.0
+        next_reclaim, next_reap = self._next_reclaim, 0.0
         try:
             while not self.stopped.is_set():
                 self._set_leading(self._elect(session))

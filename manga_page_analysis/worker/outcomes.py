@@ -1,40 +1,23 @@
-"""How a job's run ends: the fenced writes of failures, and what is said about every end.
-
-A failure is one transaction: the fenced `ack_failed`/`ack_dead` first, then
-`save_failure` only when that changed the row, so a late or fenced-off failure
-never lands. Log lines, observer calls and events follow the commit of the
-fact they report; a job leaves the registry of in-flight jobs here.
+"""What is said about every end of a job, once the acker wrote it: the log
+line, the observer's call and the event, in that order, after the commit of
+the fact they report; a job leaves the registry of in-flight jobs here.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-
-from sqlalchemy import Connection, Engine
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from collections.abc import Mapping
+from typing import Any
 
 from manga_page_analysis.errors import ServiceError, without_reprs
-from manga_page_analysis.queue import Lease, ack_dead, ack_failed, release_many
-from manga_page_analysis.worker.dbsession import is_transient_db_error, short_error
+from manga_page_analysis.queue import Lease
 from manga_page_analysis.worker.events import EventBus, JobEvent
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
 from manga_page_analysis.worker.logcontext import job_log_context
 from manga_page_analysis.worker.observer import RunnerObserver
-from manga_page_analysis.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -45,57 +28,31 @@ def describe_error(exc: BaseException) -> str:
 
 
 class Outcomes:
-    """Writes failures, and reports every end of a job: log line, observer, event.
-
-    Thread-safe: pool threads, the acker and the heartbeat all call it."""
+    """Reports every end of a job: log line, observer, event. Thread-safe."""
 
     def __init__(
-        self,
-        engine: Engine,
-        jobs: InFlightJobs,
-        events: EventBus | None,
-        observer: RunnerObserver | None,
-        stopping: threading.Event,
-        outage: DatabaseOutage,
+        self, jobs: InFlightJobs, events: EventBus | None, observer: RunnerObserver | None
     ) -> None:
-        self._engine = engine
         self._jobs = jobs
-        self._outage = outage
         self._events = events
         self._observer = observer
-        self._stopping = stopping
 
-    # --- a failed attempt: one fenced transaction --------------------------
+    # --- reported after the acker wrote a job's end -----------------------
 
-    def fail(self, job: InFlight, error: str, *, permanent: bool) -> None:
-        """Record a failed attempt: retry after backoff, or dead (with `save_failure`).
-        The job then leaves the registry."""
+    def failed(self, job: InFlight, error: str, *, permanent: bool, written: bool) -> None:
+        """A failed attempt was written (retry after backoff, or dead), or fenced
+        off (`written` False). The job then leaves the registry."""
         try:
-            self._fail(job, error, permanent)
+            with job_log_context(**job.log_fields):
+                self._failed(job, error, permanent, written)
+        except Exception:
+            logger.exception("could not report the failure of job %s", job.lease.id)
         finally:
             self._jobs.remove(job)
 
-    def _fail(self, job: InFlight, error: str, permanent: bool) -> None:
-        lease, handler, item, ctx = job.lease, job.handler, job.item, job.ctx
+    def _failed(self, job: InFlight, error: str, permanent: bool, written: bool) -> None:
+        lease = job.lease
         terminal = permanent or lease.attempts >= lease.max_attempts
-
-        def write(conn: Connection) -> bool:
-            acked = (ack_dead if permanent else ack_failed)(conn, lease, error)
-            if acked and terminal and item is not None and ctx is not None:
-                handler.save_failure(conn, item, error, ctx)
-            return acked
-
-        try:
-            written = self._write(write)
-        except Exception as exc:
-            logger.error(
-                "%s failed (%s) and the failure could not be recorded (%s); the lease "
-                "will expire and the job will run again",
-                job.label,
-                error,
-                short_error(exc),
-            )
-            return
         if not written:
             logger.warning(
                 "%s failed (%s) after its lease was lost; nothing recorded", job.label, error
@@ -129,8 +86,6 @@ class Outcomes:
             error=error,
         )
 
-    # --- reported after a batch committed ----------------------------------
-
     def acked(self, job: InFlight, written: bool) -> None:
         """Its ack (and result) committed in a batch, or was fenced off (`written` False)."""
         try:
@@ -154,28 +109,18 @@ class Outcomes:
         finally:
             self._jobs.remove(job)
 
-    def release_all(self, jobs: list[InFlight], why: str) -> None:
-        """Give back abandoned jobs in one fenced statement (`pending` at once,
-        attempt refunded); each is reported: `why` it went back, or that its
-        lease was already gone."""
+    def released(self, job: InFlight, written: bool, why: str) -> None:
+        """An abandoned job was given back (`why`), or its lease was already gone."""
         try:
-            released = self._write(lambda conn: release_many(conn, [job.lease for job in jobs]))
-        except Exception as exc:
-            logger.error(
-                "could not give back %d job(s) (%s); their leases will expire and they "
-                "will be reclaimed",
-                len(jobs),
-                short_error(exc),
-            )
-            return
-        for job in jobs:
             with job_log_context(**job.log_fields):
-                if job.lease.id not in released:
+                if not written:
                     logger.warning("%s: lease already gone; nothing given back", job.label)
-                    continue
+                    return
                 logger.info("%s %s (attempt refunded)", job.label, why)
                 self.observe(job, "released")
                 self.publish("cancelled", job, attempt=job.lease.attempts)
+        except Exception:
+            logger.exception("could not report the release of job %s", job.lease.id)
 
     def lease_lost(self, job: InFlight) -> None:
         with job_log_context(**job.log_fields):
@@ -229,26 +174,3 @@ class Outcomes:
             self._events.publish(JobEvent(event_type, job_id, breadcrumb, details))
         except Exception:
             logger.exception("could not publish %s for job %s", event_type, job_id)
-
-    def _sleep(self, seconds: float) -> None:
-        # Waits between database retries end early on shutdown.
-        self._stopping.wait(seconds)
-
-    def _report_outage(self, state: RetryCallState) -> None:
-        # Logged as the outage (once), not per retry of each job.
-        self._outage.failed(short_error(state.outcome.exception()) if state.outcome else "?", 1)
-
-    def _write(self, work: Callable[[Connection], T]) -> T:
-        """`work(conn)` in a short transaction, retried through a dropped
-        connection or a restart."""
-        for attempt in Retrying(
-            retry=retry_if_exception(is_transient_db_error),
-            stop=stop_after_attempt(4),
-            wait=wait_exponential(multiplier=0.25, max=2.0),
-            sleep=self._sleep,
-            reraise=True,
-            before_sleep=self._report_outage,
-        ):
-            with attempt, self._engine.begin() as conn:
-                return work(conn)
-        raise AssertionError("unreachable")  # pragma: no cover

@@ -93,13 +93,14 @@ class Runner:
         self._lifecycle = threading.RLock()
         outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
-        self._outcomes = Outcomes(engine, jobs, events, observer, self._hard_stop, outage)
+        self._outcomes = Outcomes(jobs, events, observer)
         self.acker = Acker(
             engine, outage, self._outcomes, linger=ack_linger, max_batch=ack_max_batch, name=name
         )
         self._heartbeat = Heartbeat(
             engine,
             jobs,
+            self.acker,
             self._outcomes,
             outage,
             lease_duration=lease_duration,
@@ -119,7 +120,6 @@ class Runner:
         )
         self._pool = WorkerPool(
             jobs,
-            self._outcomes,
             self.acker,
             self._heartbeat,
             workers=workers,
@@ -161,10 +161,16 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Start the services in order. Does nothing once `stop()` was called."""
+        """Try to become the maintenance leader (and, leading, reclaim expired
+        leases) once, then start the services in order. Does nothing once
+        `stop()` was called."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
+            if self.maintainer in self._services:
+                # Before the first lease: a restarted lone worker takes back (and
+                # counts, for the crash-loop rule) what its predecessor held.
+                self.maintainer.first_round()
             for service in self._services:
                 service.start()
 
@@ -192,7 +198,7 @@ class Runner:
         with self._lifecycle:
             pass  # a start() under way (a signal may arrive during it) ends first
         self._let_running_jobs_finish()
-        self._hard_stop.set()  # from here on, retries of a write no longer wait
+        self._hard_stop.set()
         for service in reversed(self._services):
             began = time.monotonic()
             service.stop()
@@ -206,6 +212,9 @@ class Runner:
                     type(service).__name__,
                     SHUTDOWN_JOIN_SECONDS,
                 )
+            if service is self._heartbeat:
+                # Nothing renews their leases any more: give back what still runs.
+                self._release_in_flight()
 
     def _let_running_jobs_finish(self) -> None:
         """The soft stop: stop leasing, give back what has not started, then wait
@@ -235,6 +244,13 @@ class Runner:
                 )
                 break
 
+    def _release_in_flight(self) -> None:
+        """Give up every job still queued or executing (its `cancel` is set) and
+        hand it to the acker to be released, without waiting for its `execute`."""
+        abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
+        if abandoned:
+            self.acker.release(abandoned, "released on shutdown")
+
     def _give_back_unstarted(self) -> None:
         queued = [
             job
@@ -242,7 +258,7 @@ class Runner:
             if job.state is JobState.QUEUED and self._jobs.abandon(job)
         ]
         if queued:
-            self._outcomes.release_all(queued, "given back unstarted: the runner is stopping")
+            self.acker.release(queued, "given back unstarted: the runner is stopping")
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Block until `stop()` was called (or `timeout` passes)."""
