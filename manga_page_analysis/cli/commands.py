@@ -60,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         default_level = "WARNING" if args.command in OPERATOR_COMMANDS else "INFO"
         configure_logging((args.log_level or default_level).upper(), settings.log_format)
-        return _dispatch(args, settings)
+        return _run_command(args, settings)
     except OperationalError as exc:
         _fatal(args.command, f"cannot reach the database: {_first_line(exc.orig)}")
     except ServiceError as exc:
@@ -103,7 +103,7 @@ def _settings_problem(exc: ValidationError) -> str:
     return "bad setting: " + "; ".join(problems)
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+def _run_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "import-pages":

@@ -51,6 +51,9 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._stuck: set[threading.Thread] = set()
         self._stopped = threading.Event()
+        self.deaths = 0
+        """Jobs whose pool thread hit an unexpected error outside `execute` (counted
+        like a service thread's death; the thread goes on with its next job)."""
         jobs.on_stuck = self._replace_stuck
 
     # --- the service -------------------------------------------------------
@@ -105,6 +108,7 @@ class WorkerPool:
             try:
                 self._run(job, slot)
             except BaseException:
+                self.deaths += 1
                 logger.critical("pool thread %s: unexpected error", me.name, exc_info=True)
                 self._jobs.remove(job)
             if me in self._stuck:

@@ -24,7 +24,7 @@ from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.pool import WorkerPool
 from manga_page_analysis.worker.readiness import ReadinessGate
-from manga_page_analysis.worker.service import Service, ThreadService
+from manga_page_analysis.worker.service import Service
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ class Runner:
             self._handlers,
             jobs,
             outage,
-            dispatch=self._pool.submit,
+            submit=self._pool.submit,
             workers=workers,
             prefetch=prefetch,
             lease_duration=lease_duration,
@@ -291,5 +291,6 @@ class Runner:
 
     @property
     def worker_deaths(self) -> int:
-        """Runner threads that died unexpectedly and were run again."""
-        return sum(s.deaths for s in self._services if isinstance(s, ThreadService))
+        """Unexpected errors the runner's threads survived, every service counted the
+        same way (a service thread run again, a pool thread that went on)."""
+        return sum(service.deaths for service in self._services)

@@ -15,7 +15,10 @@ in one beat or one lease round does not take the worker down."""
 
 class Service(Protocol):
     """`start()` and `stop()` return at once (`stop()` is idempotent); `join(timeout)`
-    waits up to `timeout` seconds, `True` once the work has ended (or never started)."""
+    waits up to `timeout` seconds, `True` once the work has ended (or never started).
+    `deaths` counts the unexpected errors its threads survived."""
+
+    deaths: int
 
     def start(self) -> None: ...
 
