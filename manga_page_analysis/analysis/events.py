@@ -9,7 +9,7 @@ from sqlalchemy import Engine
 from manga_page_analysis.worker.events import EventBus
 
 ANALYSIS_CHANNEL: Final = "analysis_events"
-"""The `NOTIFY` channel a web process can `LISTEN` on (DESIGN "The worker")."""
+"""The `NOTIFY` channel a web process can `LISTEN` on."""
 
 
 def analysis_event_bus(engine: Engine | None, *, background: bool = False) -> EventBus:

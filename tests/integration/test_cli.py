@@ -20,8 +20,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import make_page
-from tests.vision_server import analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 

@@ -22,11 +22,11 @@ from sqlalchemy import text
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import upgrade_head
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import Reply, analysis_content, ok_answer
 from tests.helpers import count, make_page, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
 from tests.postgres_server import private_postgres, wait_accepting
 from tests.tcp_proxy import TcpProxy
-from tests.vision_server import Reply, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The jobs repository on a real Postgres: every row of the DESIGN.md table."""
+"""The jobs repository on a real Postgres: every function of the public queue API (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from tests.helpers import count, expire_lease, insert_raw_job, job_row
 
 MINUTE = timedelta(minutes=1)
 
-# The contract holds through PgBouncer in transaction mode too (tests/pgbouncer.py).
+# The contract holds through PgBouncer in transaction mode too (testbed/pgbouncer.py).
 pytestmark = pytest.mark.pgbouncer
 
 

@@ -15,9 +15,9 @@ from sqlalchemy import Engine, text
 
 from manga_page_analysis.queue import KIND_SYNC_MANGA, SyncManga, enqueue, lease
 from manga_page_analysis.worker import NoopHandler, Runner
+from testbed.vision_server import ScriptedVisionServer
 from tests.helpers import expire_lease, job_row, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
-from tests.vision_server import ScriptedVisionServer
 
 LEADER_LEASE = timedelta(seconds=3)
 

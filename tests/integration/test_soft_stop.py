@@ -13,9 +13,9 @@ from pathlib import Path
 from sqlalchemy import Engine, text
 
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.helpers import make_page
 from tests.integration.test_cli import _env, listening, start_worker, stop_worker, wait_for
-from tests.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 
