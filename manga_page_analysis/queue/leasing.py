@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import operator
 import uuid
 from collections.abc import Sequence
@@ -10,31 +11,32 @@ from datetime import timedelta
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import PayloadError
-from manga_page_analysis.queue.kinds import decode_payload, registered_kinds, require_kinds
-from manga_page_analysis.queue.states import dead_letter
+from manga_page_analysis.queue.kinds import decode_payload, job_kind
+from manga_page_analysis.queue.states import dead_letter, give_back
 from manga_page_analysis.queue.table import Lease, run
 
 
 def lease(conn: Conn, kind: str | None, limit: int, lease_duration: timedelta) -> list[Lease]:
-    """Lease up to `limit` due jobs of `kind` (`None`: any registered kind; rows
-    of kinds this process has not registered stay where they are)."""
+    """Lease up to `limit` due jobs of `kind` (`None`: any kind; a row of a kind
+    this process has not registered is given back at once, untouched)."""
     if kind is None:
-        return _lease(conn, [known.name for known in registered_kinds()], limit, lease_duration)
-    return _lease(conn, require_kinds([kind]), limit, lease_duration)
+        return _lease(conn, None, limit, lease_duration)
+    return lease_kinds(conn, [kind], limit, lease_duration)
 
 
 def lease_kinds(
     conn: Conn, kinds: Sequence[str], limit: int, lease_duration: timedelta
 ) -> list[Lease]:
-    """Lease up to `limit` due jobs whose kind is one of `kinds` (each registered:
-    `ValueError` otherwise, since its rows could not be decoded)."""
-    if not kinds:
+    """Lease up to `limit` due jobs whose kind is one of `kinds`; kinds not
+    registered in this process are left out (their rows could not be decoded)."""
+    registered = [kind for kind in kinds if job_kind(kind) is not None]
+    if not registered:
         return []
-    return _lease(conn, require_kinds(kinds), limit, lease_duration)
+    return _lease(conn, registered, limit, lease_duration)
 
 
 @functools.lru_cache(maxsize=512)
-def _lease_statement(kinds: tuple[str, ...], limit: int) -> str:
+def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     """The lease statement for `kinds` and `limit`, built once.
 
     Two arms lock their first due rows (`FOR UPDATE SKIP LOCKED`, `LIMIT`), each
@@ -50,7 +52,9 @@ def _lease_statement(kinds: tuple[str, ...], limit: int) -> str:
     generic plan guess 10 % of the table and hash-join a full scan.
     """
     # Registered kind names are `[a-z][a-z0-9_]*`: safe inline; spelled as in the index.
-    kind = "AND (payload ->> 'kind') IN (" + ", ".join(f"'{k}'" for k in kinds) + ")"
+    kind = ""
+    if kinds is not None:
+        kind = "AND (payload ->> 'kind') IN (" + ", ".join(f"'{k}'" for k in kinds) + ")"
     n = int(limit)
     return f"""
         WITH pending AS MATERIALIZED (
@@ -77,12 +81,14 @@ def _lease_statement(kinds: tuple[str, ...], limit: int) -> str:
         """
 
 
-def _lease(conn: Conn, kinds: list[str], limit: int, lease_duration: timedelta) -> list[Lease]:
+def _lease(
+    conn: Conn, kinds: list[str] | None, limit: int, lease_duration: timedelta
+) -> list[Lease]:
     """Lease, then hand out the rows in schedule order, dead-lettering any that
     cannot be worked on. No row lock outlives the caller's transaction."""
     if limit < 1:
         return []
-    statement = _lease_statement(tuple(sorted(set(kinds))), limit)
+    statement = _lease_statement(None if kinds is None else tuple(sorted(set(kinds))), limit)
     result = run(conn, statement, {"lease_duration": lease_duration})
     # Rows unpacked and indexed as tuples: per row, attribute access by name costs
     # more than the rest of the bookkeeping.
@@ -90,10 +96,14 @@ def _lease(conn: Conn, kinds: list[str], limit: int, lease_duration: timedelta) 
 
     leases: list[Lease] = []
     unusable: list[tuple[uuid.UUID, int, str]] = []
+    foreign: list[tuple[uuid.UUID, int]] = []
     for job_id, data, attempts, max_attempts, generation, _, _ in rows:
         try:
             payload = decode_payload(data)
         except PayloadError as exc:
+            if not _registered(data):
+                foreign.append((job_id, generation))  # another process's kind
+                continue
             # A poison row (its kind is registered, its payload is not one)
             # must not jam the queue: dead-letter it and hand out the rest.
             unusable.append((job_id, generation, str(exc)))
@@ -107,4 +117,15 @@ def _lease(conn: Conn, kinds: list[str], limit: int, lease_duration: timedelta) 
         unusable.append((job_id, generation, error + " stopped without finishing"))
     if unusable:
         dead_letter(conn, unusable)
+    if foreign:
+        give_back(conn, foreign)
     return leases
+
+
+def _registered(data: str) -> bool:
+    """Whether the kind of stored payload text is registered here."""
+    try:
+        kind = json.loads(data).get("kind")
+    except (ValueError, AttributeError):
+        return True  # not even a JSON object: poison, whatever its kind
+    return isinstance(kind, str) and job_kind(kind) is not None

@@ -226,6 +226,12 @@ def release(conn: Conn, lease: Lease) -> bool:
     return _one(release_many(conn, [lease]), "release", lease)
 
 
+def give_back(conn: Conn, held: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+    """`release_many` for `(id, generation)` of rows that have no `Lease` (leased by
+    `lease(conn, None, ...)` but of a kind this process has not registered)."""
+    return _write(conn, _RELEASE, sorted(held))
+
+
 def release_unowned_many(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """`release_many` without leases in hand, for any running rows; returns
     the ids that were running and are now pending."""

@@ -10,6 +10,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from manga_page_analysis.queue import (
     Payload,
     enqueue,
     enqueue_many,
+    lease,
     lease_kinds,
     register_kind,
     registered_kinds,
@@ -224,11 +226,25 @@ def test_a_kind_needs_a_literal_name_and_one_model(feed_kind: None) -> None:
     assert register_kind(CrawlFeed, dedup_field="feed_url", dedup_index=FEED_INDEX)
 
 
-def test_leasing_an_unregistered_kind_is_refused_and_a_runner_needs_registered_handlers(
+def test_leasing_an_unregistered_kind_leases_nothing_and_a_runner_needs_registered_handlers(
     engine: Engine,
 ) -> None:
-    with engine.begin() as conn, pytest.raises(ValueError, match="not registered"):
-        lease_kinds(conn, ["someone_elses"], 1, __import__("datetime").timedelta(seconds=5))
+    with engine.begin() as conn:
+        foreign = insert_raw_job(conn, {"kind": "someone_elses", "x": 1})
+    with engine.begin() as conn:
+        assert lease_kinds(conn, ["someone_elses"], 1, timedelta(seconds=5)) == []
+    with engine.connect() as conn:
+        assert job_row(conn, foreign).state == "pending"
     handler = FeedHandler()
     with pytest.raises(ValueError, match="not registered"):
         Runner(engine, [handler])
+
+
+def test_leasing_any_kind_gives_back_a_row_of_a_kind_not_registered_here(engine: Engine) -> None:
+    with engine.begin() as conn:
+        foreign = insert_raw_job(conn, {"kind": "someone_elses", "x": 1})
+    with engine.begin() as conn:
+        assert lease(conn, None, 10, timedelta(seconds=30)) == []
+    with engine.connect() as conn:
+        row = job_row(conn, foreign)
+    assert (row.state, row.attempts, row.last_error) == ("pending", 0, None)  # not poison

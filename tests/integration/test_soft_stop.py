@@ -6,8 +6,11 @@ releases at once."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Engine, text
@@ -31,6 +34,22 @@ def _pages(engine: Engine, storage: Path, count: int) -> dict[uuid.UUID, uuid.UU
             assert job_id is not None
             jobs[page] = job_id
     return jobs
+
+
+@contextmanager
+def _worker(
+    env: dict[str, str], cwd: Path, hold: threading.Event
+) -> Iterator[subprocess.Popen[str]]:
+    """`run-worker`; on the way out the held model answer is let go and a worker
+    still running is killed."""
+    process = start_worker(env, cwd)
+    try:
+        yield process
+    finally:
+        hold.set()
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
 
 
 def _job(engine: Engine, job_id: uuid.UUID) -> tuple[str, int]:
@@ -57,18 +76,11 @@ def test_a_soft_stop_lets_a_nearly_done_job_finish_and_releases_a_long_one_at_th
         Reply(body=ok_answer(analysis_content()).body, block=hold),
     )
     env = _env(database_url, vision_server.url, tmp_path / "storage", SHUTDOWN_GRACE_SECONDS="8")
-    with listening(database_url) as received:
-        process = start_worker(env, tmp_path)
-        try:
-            vision_server.wait_for_requests(2, timeout=30)
-            code, output = stop_worker(process, signal.SIGTERM, timeout=60)
-            (completed,) = wait_for(received, "completed", 1, timeout=10)
-            (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
-        finally:
-            hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    with listening(database_url) as received, _worker(env, tmp_path, hold) as process:
+        vision_server.wait_for_requests(2, timeout=30)
+        code, output = stop_worker(process, signal.SIGTERM, timeout=60)
+        (completed,) = wait_for(received, "completed", 1, timeout=10)
+        (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
     assert code == 0, output
     assert "SIGTERM received: stopping; running jobs may finish for 8 s" in output
     assert "grace period of 8 s over: releasing 1 running job(s)" in output
@@ -88,23 +100,16 @@ def test_a_second_signal_ends_the_grace_period_at_once(
     vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
     # A grace far longer than the test may take: only the second signal ends it.
     env = _env(database_url, vision_server.url, tmp_path / "storage", SHUTDOWN_GRACE_SECONDS="3600")
-    with listening(database_url) as received:
-        process = start_worker(env, tmp_path)
-        try:
-            vision_server.wait_for_requests(1, timeout=30)
-            process.send_signal(signal.SIGTERM)
-            assert process.stdout is not None
-            for line in process.stdout:  # the soft stop has begun
-                if "may finish for up to" in line:
-                    break
-            assert process.poll() is None
-            code, output = stop_worker(process, signal.SIGTERM, timeout=60)
-            (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
-        finally:
-            hold.set()
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    with listening(database_url) as received, _worker(env, tmp_path, hold) as process:
+        vision_server.wait_for_requests(1, timeout=30)
+        process.send_signal(signal.SIGTERM)
+        assert process.stdout is not None
+        for line in process.stdout:  # the soft stop has begun
+            if "may finish for up to" in line:
+                break
+        assert process.poll() is None
+        code, output = stop_worker(process, signal.SIGTERM, timeout=60)
+        (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
     assert code == 0, output
     assert "second SIGTERM: stopping now" in output and "run-worker stopped" in output
     (page,) = jobs
