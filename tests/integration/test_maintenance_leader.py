@@ -11,8 +11,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, text
 
+from manga_page_analysis.observability.metrics import WorkerMetrics
 from manga_page_analysis.queue import KIND_SYNC_MANGA, SyncManga, enqueue, lease
 from manga_page_analysis.worker import NoopHandler, Runner
 from testbed.vision_server import ScriptedVisionServer
@@ -43,7 +45,7 @@ def _leader(engine: Engine) -> Any:
         return conn.execute(text("SELECT * FROM queue_leader")).one_or_none()
 
 
-def _runner(engine: Engine, name: str) -> Runner:
+def _runner(engine: Engine, name: str, metrics: WorkerMetrics) -> Runner:
     # A kind nobody enqueues: these runners do nothing but maintenance.
     return Runner(
         engine,
@@ -52,13 +54,20 @@ def _runner(engine: Engine, name: str) -> Runner:
         name=name,
         leader_lease=LEADER_LEASE,
         reclaim_interval=0.1,
+        observer=metrics,
     )
 
 
 def test_only_the_leader_reclaims_and_a_resigning_leader_hands_over_at_once(
     engine: Engine,
 ) -> None:
-    runners = [_runner(engine, "a"), _runner(engine, "b")]
+    metrics = [WorkerMetrics(CollectorRegistry()) for _ in range(2)]
+    runners = [_runner(engine, name, each) for name, each in zip("ab", metrics, strict=True)]
+
+    def _gauge(runner: Runner) -> float | None:
+        """The runner's `queue_leader` metric."""
+        return metrics[runners.index(runner)].registry.get_sample_value("queue_leader")
+
     for runner in runners:
         runner.start()
     try:
@@ -72,18 +81,19 @@ def test_only_the_leader_reclaims_and_a_resigning_leader_hands_over_at_once(
         rounds = leader.maintainer.reclaims
         wait_until(lambda: leader.maintainer.reclaims >= rounds + 3, timeout=10)
         assert leader.maintainer.leading and not follower.maintainer.leading
+        assert (_gauge(leader), _gauge(follower)) == (1, 0)
         assert follower.maintainer.reclaims == 0
         assert _leader(engine).leader_id == leader.maintainer.leader_id
 
         leader.stop()
         assert leader.join(10)
-        assert not leader.maintainer.leading
+        assert not leader.maintainer.leading and _gauge(leader) == 0
         # Resigned: the row is gone, and the follower takes it at its next renewal
         # (a third of a lease), not after a whole lease.
         wait_until(lambda: follower.maintainer.leading, timeout=10)
         job_id = _orphan(engine)
         wait_until(lambda: _reclaimed(engine, job_id), timeout=10)
-        assert follower.maintainer.reclaims > 0
+        assert follower.maintainer.reclaims > 0 and _gauge(follower) == 1
         assert _leader(engine).leader_id == follower.maintainer.leader_id
     finally:
         for runner in runners:
