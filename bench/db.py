@@ -127,6 +127,7 @@ def seed_jobs(
     `start` and `leased_until` are SQL expressions.
     """
     payload = {
+        "bench_noop": "jsonb_build_object('kind', 'bench_noop', 'marker', 'm' || i)",
         "sync_manga": (
             "jsonb_build_object('kind', 'sync_manga', 'source_id', 'bench', "
             "'source_manga_key', 'm' || i, 'url', '', 'title', '')"

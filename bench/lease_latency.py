@@ -17,20 +17,22 @@ from typing import Any
 from sqlalchemy import Engine, text
 
 from bench.db import seed_jobs, vacuum_analyze
+from bench.noop import BENCH_KIND, register_bench_kind
 from bench.report import percentile
-from manga_page_analysis.queue import KIND_SYNC_MANGA, ack_done, lease
+from manga_page_analysis.queue import ack_done, lease
 
 LEASE_DURATION = timedelta(seconds=60)
 
 
 def build_backlog(engine: Engine, pending: int, running: int) -> None:
+    register_bench_kind()  # `lease(conn, None, ...)` takes registered kinds only
     with engine.begin() as conn:
         conn.execute(text("TRUNCATE crawler_jobs"))
         seed_jobs(
-            conn, running, kind=KIND_SYNC_MANGA, start="now() - interval '3 hours'",
+            conn, running, kind=BENCH_KIND, start="now() - interval '3 hours'",
             state="running", leased_until="now() + interval '1 hour'",
         )  # fmt: skip
-        seed_jobs(conn, pending, kind=KIND_SYNC_MANGA, start="now() - interval '2 hours'")
+        seed_jobs(conn, pending, kind=BENCH_KIND, start="now() - interval '2 hours'")
     vacuum_analyze(engine)
 
 

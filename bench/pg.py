@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Final
 
-from tests.pg_binaries import find_bin_dir
+from testbed.pg_binaries import find_bin_dir
 
 START_TIMEOUT_SECONDS: Final = 60
 """Longest wait for initdb, or for the server to accept connections."""

@@ -1,7 +1,7 @@
 """Section 4: page-analysis pipeline efficiency against a model that answers after 100 ms.
 
 The parent writes `pages` small PNGs and their rows, requests analysis of
-each, and serves the scripted vision server (tests/vision_server.py) on its
+each, and serves the scripted vision server (testbed/vision_server.py) on its
 own threads. The worker is `analysis_runner` from `Settings`, in a child
 process (role `analyze`), timed from `start()` until every job is `done`.
 With `workers` slots and a model taking `delay` seconds a page, the ideal is
@@ -23,7 +23,7 @@ from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.queue import request_analysis
-from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
+from testbed.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 
 POLL_SECONDS = 0.01
 DONE_SQL = text("SELECT count(*) FROM crawler_jobs WHERE state = 'done'")

@@ -15,7 +15,7 @@ is what the capacity estimate of docs/scaling.md is worked out from. Then
 each timed from its commit to the model server's receipt of its request.
 A sampler counts the backends Postgres sees for the database (the
 benchmark's own excluded) and PgBouncer's server connections and clients.
-The model is the scripted server (tests/vision_server.py) answering at once,
+The model is the scripted server (testbed/vision_server.py) answering at once,
 in this process: the rates are the database path's, bounded by 2 cores
 shared by Postgres, PgBouncer, the workers and the model stub.
 
@@ -45,8 +45,8 @@ from bench.pages import create_pages
 from bench.report import emit, percentile, progress, table
 from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.queue import AnalyzePage, enqueue_many, request_analysis
-from tests.pgbouncer import PgBouncer, start_pgbouncer, stop_pgbouncer
-from tests.vision_server import ScriptedVisionServer
+from testbed.pgbouncer import PgBouncer, start_pgbouncer, stop_pgbouncer
+from testbed.vision_server import ScriptedVisionServer
 
 PROCESSES = tuple(int(n) for n in os.environ.get("BENCH_SCALE_PROCESSES", "1,2,4,8").split(","))
 THREADS = int(os.environ.get("BENCH_SCALE_THREADS", "4"))

@@ -1,7 +1,7 @@
 """Time per page, a local folder against an S3-compatible store on the same machine.
 
 `python -m bench.storage [--rounds N] [--copies N] [--workers N]` starts SeaweedFS
-(tests/seaweedfs.py) and a private Postgres on 127.0.0.1, then measures:
+(testbed/seaweedfs.py) and a private Postgres on 127.0.0.1, then measures:
 
 1. `read_bytes` of the sample manga's 6 pages (3-16 KB), and of one 1 MiB object,
    `rounds` times each, through `LocalStorage` and through `S3Storage` (one client,
@@ -27,6 +27,7 @@ from typing import Any
 
 from sqlalchemy import Engine, text
 
+from bench.pg import throwaway_server
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.cli.importer import import_folder
 from manga_page_analysis.config import Settings
@@ -34,9 +35,8 @@ from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import upgrade_head
 from manga_page_analysis.storage import LocalStorage, Storage
 from manga_page_analysis.storage.s3 import S3Storage
-from tests.postgres_server import private_postgres
-from tests.seaweedfs import _start, _stop
-from tests.vision_server import ScriptedVisionServer
+from testbed.seaweedfs import start_s3_server, stop_s3_server
+from testbed.vision_server import ScriptedVisionServer
 
 SAMPLES = Path(__file__).resolve().parents[1] / "examples" / "sample_manga"
 CAP = 20 * 1024 * 1024
@@ -92,7 +92,7 @@ def main() -> None:
     args = parser.parse_args()
     keys = [f"sample/{path.name}" for path in sorted(SAMPLES.glob("*.png"))]
     with tempfile.TemporaryDirectory(prefix="bench-s3-") as folder:
-        server = _start(Path(folder), "bench", "bench-secret-key")
+        server = start_s3_server(Path(folder), "bench", "bench-secret-key")
         try:
             for name, value in server.env().items():
                 os.environ[name] = value
@@ -115,8 +115,7 @@ def main() -> None:
                 "read_1mib_local": read_times(local, ["large/page.png"], args.rounds),
                 "read_1mib_s3": read_times(s3, ["large/page.png"], args.rounds),
             }
-            with private_postgres("bench") as pg, ScriptedVisionServer() as vision:
-                url = f"postgresql+psycopg://{pg.user}@{pg.host}:{pg.port}/postgres"
+            with throwaway_server() as url, ScriptedVisionServer() as vision:
                 upgrade_head(url)
                 engine = make_engine(url, pool_size=10)
                 settings = Settings(
@@ -131,7 +130,7 @@ def main() -> None:
                 result["worker_s3"] = drain(engine, settings, s3, args.copies)
                 engine.dispose()
         finally:
-            _stop(server.process)
+            stop_s3_server(server.process)
     print(json.dumps(result, indent=2))
 
 

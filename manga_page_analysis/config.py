@@ -47,6 +47,11 @@ far longer overflows the clocks the threads wait on."""
 MAX_POLL_SECONDS = 3_600.0
 """The most any polling or sampling interval may be (an hour)."""
 
+DEFAULT_SHUTDOWN_GRACE_SECONDS = 25.0
+"""How long a page being analysed may finish after a stop signal: most pages take
+seconds to a minute, and 25 s leaves a release and exit inside the 30 s a
+container platform (Kubernetes, Docker) waits before it kills."""
+
 POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 """What `DATABASE_URL` may start with (`postgresql://` and `postgres://` use psycopg 3)."""
 POSTGRES_URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/dbname"
@@ -131,9 +136,34 @@ class Settings(BaseSettings):
     readiness_poll_seconds: float = Field(
         default=2.0, gt=0, le=MAX_POLL_SECONDS, description="Re-probe interval."
     )
-    shutdown_grace_seconds: float = Field(default=10.0, ge=0, le=MAX_TIMEOUT_SECONDS)
+    shutdown_grace_seconds: float = Field(
+        default=DEFAULT_SHUTDOWN_GRACE_SECONDS,
+        ge=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="On a stop signal, how long running jobs may finish before they are "
+        "released; 0 releases at once.",
+    )
     reap_retention_days: int = Field(
         default=7, ge=0, le=MAX_RETENTION_DAYS, description="Keep done jobs; 0 keeps all."
+    )
+    leader_lease_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=600,
+        description="How long the maintenance leader's lease lasts (renewed at 1/3); a "
+        "leader that dies is replaced within it.",
+    )
+    reclaim_interval_seconds: float = Field(
+        default=30.0,
+        ge=1,
+        le=3600,
+        description="How often the leader reclaims expired leases (and dead-letters crash loops).",
+    )
+    reap_interval_seconds: float = Field(
+        default=3600.0,
+        ge=60,
+        le=86400,
+        description="How often the leader deletes done jobs older than REAP_RETENTION_DAYS.",
     )
 
     log_format: Literal["text", "json"] = Field(

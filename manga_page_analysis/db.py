@@ -23,7 +23,7 @@ engine needs no option for it, and `schema_options` moves only this package's
 tables (a host's own tables, with no schema of their own, stay where they are)."""
 
 _OUR_TABLES: Final = re.compile(
-    r"\b(FROM|JOIN|UPDATE|INTO|TABLE)(\s+)(crawler_jobs|mangas|chapters|pages|page_analysis)\b",
+    r"\b(FROM|JOIN|UPDATE|INTO|TABLE)(\s+)(crawler_jobs|mangas|chapters|pages|page_analysis|queue_leader)\b",
     re.IGNORECASE,
 )
 

@@ -155,6 +155,17 @@ class Job(Base):
     )
 
 
+class QueueLeader(Base):
+    """Who runs the queue's maintenance: one row per role, held until `expires_at`."""
+
+    __tablename__ = "queue_leader"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    leader_id: Mapped[str] = mapped_column(Text)
+    elected_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
 class Manga(Base):
     __tablename__ = "mangas"
 

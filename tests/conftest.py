@@ -9,7 +9,7 @@ database is built once, by `alembic upgrade head`; every test that asks for
 LOCKED needs several connections). Tests under tests/unit/ may not ask for a
 database: collection fails if one does.
 
-The vision model is a real HTTP server on 127.0.0.1: tests/vision_server.py.
+The vision model is a real HTTP server on 127.0.0.1: testbed/vision_server.py.
 The in-process OCR engine is loaded once per process: the `ocr` fixture
 (tests/ocr_support.py).
 """
@@ -32,10 +32,10 @@ from tests.postgres_server import PG_CTL_WRAPPER, private_postgres
 __all__ = ["PG_CTL_WRAPPER"]
 
 pytest_plugins = [
-    "tests.vision_server",
+    "testbed.vision_server",
     "tests.worker_support",
     "tests.ocr_support",
-    "tests.pgbouncer",
+    "testbed.pgbouncer",
     "tests.seaweedfs",
 ]
 

@@ -30,7 +30,7 @@ import psycopg
 from mirakuru.exceptions import ExecutorError
 from pytest_postgresql.executors import PostgreSQLExecutor
 
-from tests.pg_binaries import find_bin_dir
+from testbed.pg_binaries import find_bin_dir
 
 PG_CTL_WRAPPER = Path(__file__).resolve().parent / "pg_ctl_as_postgres"
 """pg_ctl for the executor: runs the real one, through `runuser` when root."""

@@ -150,6 +150,9 @@ def harness(engine: Engine, vision_server: Any, tmp_path: Path) -> Iterator[Harn
             "idle_poll_seconds": 0.05,
             "readiness_poll_seconds": 0.05,
             "reap_retention_days": 0,
+            # Most tests stop the runner mid-job and expect the job back at
+            # once; the grace period has tests of its own.
+            "shutdown_grace_seconds": 0.0,
         }
         values.update(settings_overrides)
         settings = Settings(_env_file=None, **values)  # type: ignore[call-arg]

@@ -13,7 +13,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InternalError,
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import BadRequest, Conflict, NotFound
-from manga_page_analysis.models import DEDUP_SLOTS
+from manga_page_analysis.queue.kinds import registered_kinds
 from manga_page_analysis.queue.states import dead_job_ids, retry_all_dead, retry_dead
 from manga_page_analysis.queue.table import jobs
 
@@ -104,7 +104,10 @@ def retry_dead_jobs(conn: Conn, *, kind: str | None = None) -> RetryReport:
 
 
 def _is_dedup_clash(exc: DBAPIError) -> bool:
-    return getattr(getattr(exc.orig, "diag", None), "constraint_name", None) in DEDUP_SLOTS
+    constraint = getattr(getattr(exc.orig, "diag", None), "constraint_name", None)
+    return constraint is not None and any(
+        kind.dedup_index == constraint for kind in registered_kinds()
+    )
 
 
 def _first_line(exc: DBAPIError) -> str:

@@ -10,7 +10,7 @@ from manga_page_analysis.db import channel_name, schema_of
 from manga_page_analysis.worker.events import EventBus
 
 ANALYSIS_CHANNEL: Final = "analysis_events"
-"""The `NOTIFY` channel a web process can `LISTEN` on (DESIGN "The worker")."""
+"""The `NOTIFY` channel a web process can `LISTEN` on."""
 
 
 def analysis_event_bus(engine: Engine | None, *, background: bool = False) -> EventBus:

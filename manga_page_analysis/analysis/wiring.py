@@ -111,6 +111,10 @@ def analysis_runner(
             reap_retention_days=settings.reap_retention_days,
             name="analysis",
             observer=observer,
+            shutdown_grace=settings.shutdown_grace_seconds,
+            leader_lease=timedelta(seconds=settings.leader_lease_seconds),
+            reclaim_interval=settings.reclaim_interval_seconds,
+            reap_interval=settings.reap_interval_seconds,
         )
         failures: list[ServiceError] = []
 

@@ -64,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_USAGE
         default_level = "WARNING" if args.command in OPERATOR_COMMANDS else "INFO"
         configure_logging((args.log_level or default_level).upper(), settings.log_format)
-        return _dispatch(args, settings)
+        return _run_command(args, settings)
     except OperationalError as exc:
         _fatal(args.command, f"cannot reach the database: {_first_line(exc.orig)}")
     except ServiceError as exc:
@@ -107,7 +107,7 @@ def _settings_problem(exc: ValidationError) -> str:
     return "bad setting: " + "; ".join(problems)
 
 
-def _dispatch(args: argparse.Namespace, settings: Settings) -> int:
+def _run_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.command == "migrate":
         return migrate(settings)
     if args.command == "import-pages":
@@ -313,7 +313,10 @@ def demo_command(settings: Settings, timeout: float) -> int:
     logging.getLogger("manga_page_analysis.worker.readiness").setLevel(readiness_level)
     # Pick up the jobs as soon as the model is loaded, not a poll interval later.
     settings = settings.model_copy(update={"readiness_poll_seconds": 0.2, "idle_poll_seconds": 0.2})
-    graceful = GracefulStop("stopping; the demo's jobs in flight are given back")
+    graceful = GracefulStop(
+        f"stopping; the demo's running jobs may finish for {settings.shutdown_grace_seconds:g} "
+        "s, then are given back"
+    )
     with graceful.installed():
         print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")
         url = database_url(settings)
@@ -346,10 +349,14 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     from manga_page_analysis.migrations import revisions, upgrade_head
     from manga_page_analysis.observability.metrics import serving_metrics
     from manga_page_analysis.queue import KIND_ANALYZE_PAGE
+    from manga_page_analysis.worker.runner import SHUTDOWN_JOIN_SECONDS
 
     if migrate_first is None:
         migrate_first = not settings.database_url
-    graceful = GracefulStop("stopping; in-flight jobs are released")
+    graceful = GracefulStop(
+        f"stopping; running jobs may finish for {settings.shutdown_grace_seconds:g} s, "
+        "then are released"
+    )
     with graceful.installed():
         engine = make_engine(settings)
         url = engine.url.render_as_string(hide_password=False)
@@ -389,11 +396,11 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
                     settings.analysis_workers,
                     settings.job_timeout_seconds,
                 )
-                graceful.on_stop(runner.stop)
+                graceful.on_stop(runner.stop, now=runner.stop_now)
                 runner.start()
                 while not runner.wait_stopping(0.5):
                     pass
-                runner.join(settings.shutdown_grace_seconds)
+                runner.join(settings.shutdown_grace_seconds + SHUTDOWN_JOIN_SECONDS)
             logger.info("run-worker stopped")
             return 0
         finally:

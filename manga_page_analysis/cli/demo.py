@@ -29,6 +29,7 @@ from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, request_analysis
 from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.runner import SHUTDOWN_JOIN_SECONDS
 
 
 def _sample_folder() -> Path:
@@ -72,7 +73,7 @@ def run_demo(
     started = time.monotonic()
     try:
         with analysis_runner(settings, engine=engine, vision=ocr, events=events) as runner:
-            graceful.on_stop(runner.stop)
+            graceful.on_stop(runner.stop, now=runner.stop_now)
             runner.start()
             deadline = time.monotonic() + timeout
             try:
@@ -81,7 +82,7 @@ def run_demo(
                         break
             finally:
                 runner.stop()
-                runner.join(settings.shutdown_grace_seconds)
+                runner.join(settings.shutdown_grace_seconds + SHUTDOWN_JOIN_SECONDS)
     finally:
         if ocr is not None:
             ocr.close()

@@ -30,23 +30,35 @@ logger = logging.getLogger("manga_page_analysis.cli")
 
 class GracefulStop:
     """The first stop signal (SIGINT, SIGTERM or SIGHUP) calls every registered `stop`
-    (and any registered later, at once); a second one exits the process at once with 130."""
+    (and any registered later, at once). A second one calls every registered `now`
+    when there is one (a runner then releases its jobs at once and the command
+    ends as usual), else exits the process at once with 130; so does a third."""
 
     def __init__(self, what_happens: str) -> None:
         self.what_happens = what_happens
         self.requested = threading.Event()
+        self._again = False
         self._stops: list[Callable[[], None]] = []
+        self._nows: list[Callable[[], None]] = []
 
-    def on_stop(self, stop: Callable[[], None]) -> None:
-        """Call `stop` at the first signal, or now if it has come already."""
+    def on_stop(self, stop: Callable[[], None], now: Callable[[], None] | None = None) -> None:
+        """Call `stop` at the first signal, or now if it has come already; `now` at
+        the second (the hard stop)."""
         self._stops.append(stop)
+        if now is not None:
+            self._nows.append(now)
         if self.requested.is_set():
             stop()
 
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         name = signal.Signals(signum).name
         if self.requested.is_set():
-            logger.warning("second %s: exiting now", name)
+            if self._nows and not self._again:
+                self._again = True
+                logger.warning("second %s: stopping now (again to exit at once)", name)
+                threading.Thread(target=self._stop_now, name="hard-stop", daemon=True).start()
+                return
+            logger.warning("%s %s: exiting now", "another" if self._again else "second", name)
             _flush()
             os._exit(EXIT_INTERRUPTED)
         logger.info("%s received: %s (again to exit at once)", name, self.what_happens)
@@ -58,6 +70,10 @@ class GracefulStop:
     def _stop_all(self) -> None:
         for stop in list(self._stops):
             stop()
+
+    def _stop_now(self) -> None:
+        for now in list(self._nows):
+            now()
 
     @contextmanager
     def installed(self) -> Iterator[GracefulStop]:

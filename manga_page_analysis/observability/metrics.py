@@ -81,6 +81,10 @@ class WorkerMetrics:
             "Leases a heartbeat found gone mid-job (the job's result was discarded).",
             ["kind"],
         )
+        self.leader = gauge(
+            "queue_leader",
+            "1 while this process leads the queue's maintenance (reclaiming, reaping), else 0.",
+        )
         self.vision_ready = gauge(
             "vision_ready",
             "1 while the vision server's readiness probe answers 2xx, else 0.",
@@ -113,6 +117,9 @@ class WorkerMetrics:
 
     def lease_lost(self, kind: str) -> None:
         self.heartbeats_lost.labels(kind).inc()
+
+    def leader_changed(self, leading: bool) -> None:
+        self.leader.set(1 if leading else 0)
 
     # --- VisionObserver ------------------------------------------------------
 

@@ -1,9 +1,18 @@
-"""The durable job queue on Postgres: payloads, enqueueing, leasing, every state
+"""The durable job queue on Postgres: job kinds and payloads, enqueueing, leasing, every state
 change of a job, backoff, analysis requests and queue stats."""
 
 from manga_page_analysis.errors import NoSuchPage
 from manga_page_analysis.queue.backoff import apply_jitter, backoff_base
 from manga_page_analysis.queue.enqueueing import enqueue, enqueue_many
+from manga_page_analysis.queue.kinds import (
+    KIND_NAME_MAX_LENGTH,
+    JobKind,
+    Payload,
+    check_kind_name,
+    job_kind,
+    register_kind,
+    registered_kinds,
+)
 from manga_page_analysis.queue.leasing import lease, lease_kinds
 from manga_page_analysis.queue.payloads import (
     KIND_ANALYZE_PAGE,
@@ -48,6 +57,7 @@ from manga_page_analysis.queue.table import (
 __all__ = [
     "CRASH_LOOP_ERROR",
     "KIND_ANALYZE_PAGE",
+    "KIND_NAME_MAX_LENGTH",
     "KIND_SYNC_CHAPTER_CONTENT",
     "KIND_SYNC_CHAPTER_LIST",
     "KIND_SYNC_MANGA",
@@ -55,9 +65,11 @@ __all__ = [
     "WAKEUP_CHANNEL",
     "WAKEUP_KIND_CHARS",
     "AnalyzePage",
+    "JobKind",
     "JobPayload",
     "Lease",
     "NoSuchPage",
+    "Payload",
     "Reclaim",
     "Requested",
     "SyncChapterContent",
@@ -71,15 +83,19 @@ __all__ = [
     "ack_failed_many",
     "apply_jitter",
     "backoff_base",
+    "check_kind_name",
     "decode_payload",
     "enqueue",
     "enqueue_many",
+    "job_kind",
     "lease",
     "lease_kinds",
     "queue_stats",
     "reap_done",
     "reclaim_expired",
     "reclaim_orphaned",
+    "register_kind",
+    "registered_kinds",
     "release",
     "release_many",
     "release_unowned",

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from manga_page_analysis.db import Conn
-from manga_page_analysis.queue.payloads import JobPayload
+from manga_page_analysis.queue.kinds import Payload, check_kind_name
 from manga_page_analysis.queue.table import run
 
 # Columns left out take their server defaults, so the defaults live in one
@@ -48,6 +48,17 @@ def _insert(many: bool, options: tuple[str, ...]) -> str:
     """
 
 
+_checked_kinds: set[str] = set()
+"""Kind names already found valid (a set lookup per payload on the hot path)."""
+
+
+def _check_kinds(payloads: Sequence[Payload]) -> None:
+    for payload in payloads:
+        kind = payload.kind
+        if kind not in _checked_kinds:
+            _checked_kinds.add(check_kind_name(kind))
+
+
 def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
     if max_attempts is not None and max_attempts < 1:
         raise ValueError("max_attempts must be at least 1")
@@ -57,12 +68,14 @@ def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[st
 
 def enqueue(
     conn: Conn,
-    payload: JobPayload,
+    payload: Payload,
     *,
     scheduled_at: datetime | None = None,
     max_attempts: int | None = None,
 ) -> uuid.UUID | None:
-    """Insert a pending job and return its id; `None` when a dedup index skipped it."""
+    """Insert a pending job and return its id; `None` when a dedup index skipped it.
+    `ValueError` for a kind name outside the rule of `check_kind_name`."""
+    _check_kinds([payload])
     params = _options(scheduled_at, max_attempts)
     statement = _insert(False, tuple(params))
     job_id = params["id"] = uuid.uuid4()
@@ -72,7 +85,7 @@ def enqueue(
 
 def enqueue_many(
     conn: Conn,
-    payloads: Sequence[JobPayload],
+    payloads: Sequence[Payload],
     *,
     scheduled_at: datetime | None = None,
     max_attempts: int | None = None,
@@ -83,6 +96,7 @@ def enqueue_many(
     params = _options(scheduled_at, max_attempts)
     if not payloads:
         return []
+    _check_kinds(payloads)
     statement = _insert(True, tuple(params))
     params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
     job_ids: list[uuid.UUID | None] = [None] * len(payloads)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import operator
 import uuid
 from collections.abc import Sequence
@@ -10,23 +11,28 @@ from datetime import timedelta
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import PayloadError
-from manga_page_analysis.queue.payloads import decode_payload
-from manga_page_analysis.queue.states import dead_letter
+from manga_page_analysis.queue.kinds import decode_payload, job_kind
+from manga_page_analysis.queue.states import dead_letter, give_back
 from manga_page_analysis.queue.table import Lease, run
 
 
 def lease(conn: Conn, kind: str | None, limit: int, lease_duration: timedelta) -> list[Lease]:
-    """Lease up to `limit` due jobs of `kind` (`None`: any kind)."""
-    return _lease(conn, None if kind is None else [kind], limit, lease_duration)
+    """Lease up to `limit` due jobs of `kind` (`None`: any kind; a row of a kind
+    this process has not registered is given back at once, untouched)."""
+    if kind is None:
+        return _lease(conn, None, limit, lease_duration)
+    return lease_kinds(conn, [kind], limit, lease_duration)
 
 
 def lease_kinds(
     conn: Conn, kinds: Sequence[str], limit: int, lease_duration: timedelta
 ) -> list[Lease]:
-    """Lease up to `limit` due jobs whose kind is one of `kinds`."""
-    if not kinds:
+    """Lease up to `limit` due jobs whose kind is one of `kinds`; kinds not
+    registered in this process are left out (their rows could not be decoded)."""
+    registered = [kind for kind in kinds if job_kind(kind) is not None]
+    if not registered:
         return []
-    return _lease(conn, list(kinds), limit, lease_duration)
+    return _lease(conn, registered, limit, lease_duration)
 
 
 @functools.lru_cache(maxsize=512)
@@ -45,11 +51,10 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     match the partial indexes' predicates, and a bound `LIMIT` would make a
     generic plan guess 10 % of the table and hash-join a full scan.
     """
+    # Registered kind names are `[a-z][a-z0-9_]*`: safe inline; spelled as in the index.
     kind = ""
     if kinds is not None:
-        # Quoted for SQL, `%` doubled for psycopg's parameter syntax; spelled as in the index.
-        quoted = ", ".join("'" + k.replace("'", "''").replace("%", "%%") + "'" for k in kinds)
-        kind = f"AND (payload ->> 'kind') IN ({quoted})"
+        kind = "AND (payload ->> 'kind') IN (" + ", ".join(f"'{k}'" for k in kinds) + ")"
     n = int(limit)
     return f"""
         WITH pending AS MATERIALIZED (
@@ -91,12 +96,16 @@ def _lease(
 
     leases: list[Lease] = []
     unusable: list[tuple[uuid.UUID, int, str]] = []
+    foreign: list[tuple[uuid.UUID, int]] = []
     for job_id, data, attempts, max_attempts, generation, _, _ in rows:
         try:
             payload = decode_payload(data)
         except PayloadError as exc:
-            # A poison row must not jam the queue: dead-letter it and hand
-            # out the rest of the batch.
+            if not _registered(data):
+                foreign.append((job_id, generation))  # another process's kind
+                continue
+            # A poison row (its kind is registered, its payload is not one)
+            # must not jam the queue: dead-letter it and hand out the rest.
             unusable.append((job_id, generation, str(exc)))
             continue
         if attempts <= max_attempts:
@@ -108,4 +117,15 @@ def _lease(
         unusable.append((job_id, generation, error + " stopped without finishing"))
     if unusable:
         dead_letter(conn, unusable)
+    if foreign:
+        give_back(conn, foreign)
     return leases
+
+
+def _registered(data: str) -> bool:
+    """Whether the kind of stored payload text is registered here."""
+    try:
+        kind = json.loads(data).get("kind")
+    except (ValueError, AttributeError):
+        return True  # not even a JSON object: poison, whatever its kind
+    return isinstance(kind, str) and job_kind(kind) is not None

@@ -1,15 +1,17 @@
-"""Job payloads: the JSON stored in `crawler_jobs.payload`, tagged by `kind`. Rows of
-the service this one succeeds must keep decoding: unknown keys are ignored, and
+"""The seed's job payloads: the JSON stored in `crawler_jobs.payload`, tagged by
+`kind`, registered like any host's kind (`kinds.register_kind`). Rows of the
+service this one succeeds must keep decoding: unknown keys are ignored, and
 `url`, `title` and `force` have defaults."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, TypeAdapter, ValidationError
+from pydantic import Field, StrictBool
 
-from manga_page_analysis.errors import PayloadError
+from manga_page_analysis.models import DEDUP_SLOTS
+from manga_page_analysis.queue.kinds import Payload, decode_payload, register_kind
 
 KIND_SYNC_MANGA: Final = "sync_manga"
 KIND_SYNC_CHAPTER_LIST: Final = "sync_chapter_list"
@@ -22,17 +24,10 @@ ALL_KINDS: Final = (
     KIND_SYNC_CHAPTER_CONTENT,
     KIND_ANALYZE_PAGE,
 )
+"""The seed's kinds (hosts register more: `registered_kinds()`)."""
 
 
-class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
-
-    def to_json(self) -> dict[str, Any]:
-        """The wire/storage form: plain JSON types, `kind` included."""
-        return self.model_dump(mode="json")
-
-
-class SyncManga(_Payload):
+class SyncManga(Payload):
     kind: Literal["sync_manga"] = KIND_SYNC_MANGA
     source_id: str
     source_manga_key: str
@@ -40,21 +35,21 @@ class SyncManga(_Payload):
     title: str = ""
 
 
-class SyncChapterList(_Payload):
+class SyncChapterList(Payload):
     kind: Literal["sync_chapter_list"] = KIND_SYNC_CHAPTER_LIST
     source_id: str
     manga_id: UUID
     source_manga_key: str
 
 
-class SyncChapterContent(_Payload):
+class SyncChapterContent(Payload):
     kind: Literal["sync_chapter_content"] = KIND_SYNC_CHAPTER_CONTENT
     source_id: str
     chapter_id: UUID
     source_chapter_key: str
 
 
-class AnalyzePage(_Payload):
+class AnalyzePage(Payload):
     kind: Literal["analyze_page"] = KIND_ANALYZE_PAGE
     page_id: UUID
     # Strict: `"force": "yes"` (or 1) from a foreign writer is refused, not read as true.
@@ -64,19 +59,29 @@ class AnalyzePage(_Payload):
 JobPayload = Annotated[
     SyncManga | SyncChapterList | SyncChapterContent | AnalyzePage, Field(discriminator="kind")
 ]
+"""The seed's four payloads (a host's kinds are `Payload` subclasses of their own)."""
 
-_ADAPTER: TypeAdapter[JobPayload] = TypeAdapter(JobPayload)
+
+def _register_seed_kinds() -> None:
+    dedup = {kind: (field, index) for index, (kind, field) in DEDUP_SLOTS.items()}
+    for model in (SyncManga, SyncChapterList, SyncChapterContent, AnalyzePage):
+        field, index = dedup.get(model.model_fields["kind"].default, (None, None))
+        register_kind(model, dedup_field=field, dedup_index=index)
 
 
-def decode_payload(data: Any) -> JobPayload:
-    """Decode stored JSON (a dict, or a JSON string) into a payload; `PayloadError` if it can't."""
-    try:
-        if isinstance(data, str | bytes):
-            return _ADAPTER.validate_json(data)
-        return _ADAPTER.validate_python(data)
-    except ValidationError as exc:
-        problems = []
-        for error in exc.errors()[:5]:
-            location = ".".join(str(part) for part in error["loc"]) or "payload"
-            problems.append(f"{location}: {error['msg']}")
-        raise PayloadError("invalid job payload: " + "; ".join(problems)) from exc
+_register_seed_kinds()
+
+__all__ = [
+    "ALL_KINDS",
+    "KIND_ANALYZE_PAGE",
+    "KIND_SYNC_CHAPTER_CONTENT",
+    "KIND_SYNC_CHAPTER_LIST",
+    "KIND_SYNC_MANGA",
+    "AnalyzePage",
+    "JobPayload",
+    "Payload",
+    "SyncChapterContent",
+    "SyncChapterList",
+    "SyncManga",
+    "decode_payload",
+]

@@ -22,9 +22,8 @@ from typing import Any, Final, Literal
 from manga_page_analysis.config import MAX_RETENTION_DAYS
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import PayloadError, truncated
-from manga_page_analysis.models import DEDUP_SLOTS
 from manga_page_analysis.queue.backoff import backoff_for
-from manga_page_analysis.queue.payloads import decode_payload
+from manga_page_analysis.queue.kinds import decode_payload, registered_kinds
 from manga_page_analysis.queue.table import (
     CRASH_LOOP_ERROR,
     LAST_ERROR_MAX_CHARS,
@@ -228,6 +227,12 @@ def release(conn: Conn, lease: Lease) -> bool:
     return _one(release_many(conn, [lease]), "release", lease)
 
 
+def give_back(conn: Conn, held: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
+    """`release_many` for `(id, generation)` of rows that have no `Lease` (leased by
+    `lease(conn, None, ...)` but of a kind this process has not registered)."""
+    return _write(conn, _RELEASE, sorted(held))
+
+
 def release_unowned_many(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
     """`release_many` without leases in hand, for any running rows; returns
     the ids that were running and are now pending."""
@@ -334,27 +339,28 @@ def _slot_taken(kind: str, field: str) -> str:
     )
 
 
-# The newest dead job per dedup slot (every job of another kind is its own
-# slot) whose slot is free.
-_DEAD_CANDIDATES: Final = f"""
-    SELECT DISTINCT ON (slot) id
-    FROM (
-        SELECT d.id, d.updated_at, d.payload,
-               coalesce(
-                   CASE d.payload ->> 'kind'
-                       {" ".join(_slot_of(kind, field) for kind, field in DEDUP_SLOTS.values())}
-                   END,
-                   d.id::text
-               ) AS slot
-        FROM crawler_jobs d
-        WHERE d.state = 'dead'
-          AND (CAST(%(kind)s AS text) IS NULL OR d.payload ->> 'kind' = %(kind)s)
-    ) dead
-    WHERE NOT {" AND NOT ".join(_slot_taken(kind, field) for kind, field in DEDUP_SLOTS.values())}
-    ORDER BY slot, dead.updated_at DESC, dead.id DESC
-"""
+@functools.cache
+def _retry_all_dead_statement(slots: tuple[tuple[str, str], ...]) -> str:
+    """`_RETRY` of the newest dead job per dedup slot (`(kind, field)` of every
+    registered kind with a dedup rule; every job of another kind is its own
+    slot) whose slot is free."""
+    slot = " ".join(_slot_of(kind, field) for kind, field in slots)
+    free = " AND NOT ".join(_slot_taken(kind, field) for kind, field in slots)
+    candidates = f"""
+        SELECT DISTINCT ON (slot) id
+        FROM (
+            SELECT d.id, d.updated_at, d.payload,
+                   coalesce({f"CASE d.payload ->> 'kind' {slot} END" if slots else "NULL"},
+                            d.id::text) AS slot
+            FROM crawler_jobs d
+            WHERE d.state = 'dead'
+              AND (CAST(%(kind)s AS text) IS NULL OR d.payload ->> 'kind' = %(kind)s)
+        ) dead
+        WHERE {f"NOT {free}" if slots else "true"}
+        ORDER BY slot, dead.updated_at DESC, dead.id DESC
+    """
+    return _RETRY.format(candidates=candidates)
 
-_RETRY_ALL_DEAD: Final = _RETRY.format(candidates=_DEAD_CANDIDATES)
 
 _DEAD_IDS: Final = (
     "SELECT id FROM crawler_jobs WHERE state = 'dead' "
@@ -376,7 +382,12 @@ def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     A dead job whose slot has a job in flight is left dead; of several for
     one slot, the most recently updated is retried. A job enqueued for one
     of those slots meanwhile raises the unique violation."""
-    return list(run(conn, _RETRY_ALL_DEAD, {"kind": kind}).scalars())
+    slots = tuple(
+        (known.name, known.dedup_field)
+        for known in registered_kinds()
+        if known.dedup_field is not None
+    )
+    return list(run(conn, _retry_all_dead_statement(slots), {"kind": kind}).scalars())
 
 
 def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:

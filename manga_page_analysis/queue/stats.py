@@ -8,7 +8,7 @@ from sqlalchemy import func, select
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.models import JOB_STATES
-from manga_page_analysis.queue.payloads import ALL_KINDS
+from manga_page_analysis.queue.kinds import registered_kinds
 from manga_page_analysis.queue.table import DEAD, KIND, PENDING, jobs, payload_field, text_literal
 
 UNKNOWN_KIND: Final = "unknown"
@@ -18,14 +18,16 @@ UNKNOWN_KIND: Final = "unknown"
 def queue_stats(conn: Conn) -> dict[str, Any]:
     """`{"jobs": {kind: {state: count}}, "oldest_pending_age_seconds": float | None}`.
 
-    Every known kind, and every kind found in rows, is listed with every
+    Every registered kind, and every kind found in rows, is listed with every
     state (zeros included). The age is `now() - scheduled_at` of the oldest
     pending job that is due (jobs waiting out a backoff are not late); `None`
     when nothing is due.
     """
     kind = func.coalesce(KIND, text_literal(UNKNOWN_KIND)).label("kind")
     rows = conn.execute(select(kind, jobs.c.state, func.count()).group_by(kind, jobs.c.state))
-    counts: dict[str, dict[str, int]] = {k: dict.fromkeys(JOB_STATES, 0) for k in ALL_KINDS}
+    counts: dict[str, dict[str, int]] = {
+        k.name: dict.fromkeys(JOB_STATES, 0) for k in registered_kinds()
+    }
     for row_kind, state, number in rows:
         counts.setdefault(row_kind, dict.fromkeys(JOB_STATES, 0))[state] = int(number)
     age = conn.execute(

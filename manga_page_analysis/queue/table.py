@@ -14,7 +14,7 @@ from sqlalchemy.util.typing import TupleAny
 
 from manga_page_analysis.db import Conn, in_schema, schema_of
 from manga_page_analysis.models import Job
-from manga_page_analysis.queue.payloads import JobPayload
+from manga_page_analysis.queue.kinds import Payload
 
 LAST_ERROR_MAX_CHARS: Final = 4000
 """`last_error` keeps the start of long messages (tracebacks, HTML error pages)."""
@@ -43,7 +43,7 @@ class Lease:
     """A job held by a worker, valid while `(id, lease_generation)` is current."""
 
     id: uuid.UUID
-    payload: JobPayload
+    payload: Payload
     attempts: int
     max_attempts: int
     lease_generation: int

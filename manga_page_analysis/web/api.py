@@ -80,7 +80,7 @@ def json_response(body: Any, status: int = 200) -> ApiResponse:
 def error_response(
     status: int, code: str, message: str, headers: Mapping[str, str] | None = None
 ) -> ApiResponse:
-    """DESIGN's error body: `{"error": {"code": ..., "message": ...}}`, never cached."""
+    """The admin API's error body: `{"error": {"code": ..., "message": ...}}`, never cached."""
     body = json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False)
     return ApiResponse(status, body, headers={"Cache-Control": "no-store", **(headers or {})})
 

@@ -26,7 +26,7 @@ from manga_page_analysis.worker.outage import DatabaseOutage
 logger = logging.getLogger(__name__)
 
 DEFAULT_KEEPALIVE_SECONDS: Final = 15.0
-"""DESIGN: a comment line at least every 15 s while idle (proxies drop silent streams)."""
+"""A comment line at least every 15 s while idle (proxies drop silent streams)."""
 
 DEFAULT_MAX_STREAMS: Final = 10
 """Concurrent streams per mount: each holds a Postgres connection and a server thread."""

@@ -1,12 +1,19 @@
-"""Batched completion: finished jobs are acked, and their results written, together.
+"""The one writer of job ends: done, failed (retried after backoff, or dead),
+given back (never started, or released at shutdown), for every job a runner
+holds. Pool threads, the heartbeat and the shutdown only hand ends over.
 
-The acker gathers finished jobs for up to `linger` seconds (or `max_batch`
-jobs) and writes them in ONE transaction on its own connection: the fenced
-`ack_done_many` first (a stale lease changes only its own row), then `save`
-only for the jobs whose ack changed their row; a batch that saves nothing is
-one autocommit statement. If a `save` raises, the batch is rolled back and
-written one job per transaction, so only the job at fault fails its attempt.
-Through an outage the batch is kept and retried with backoff.
+The acker gathers ends for up to `linger` seconds (or `max_batch` of them)
+and writes them together on its own connection, each outcome ONE fenced
+statement for the whole batch (`ack_done_many`, `ack_failed_many`,
+`ack_dead_many`, `release_many`: a stale lease changes only its own row),
+then `save` for the done jobs and `save_failure` for the dead ones whose row
+changed, in the same transaction. A batch that saves nothing is written in
+autocommit statements. If a `save` or `save_failure` raises, the batch is
+rolled back and written one job per transaction, so only the job at fault is
+affected: a result that cannot be saved fails its attempt; a failure that
+cannot be recorded is written without its record. Through an outage the
+batch is kept and retried with the runner's backoff (`dbsession`).
+Log lines, metrics and events (`Outcomes`) follow the commit.
 """
 
 from __future__ import annotations
@@ -15,11 +22,13 @@ import logging
 import queue
 import time
 import uuid
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
 
-from manga_page_analysis.queue import ack_done_many
+from manga_page_analysis.queue import ack_dead_many, ack_done_many, ack_failed_many, release_many
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession
 from manga_page_analysis.worker.inflight import InFlight
 from manga_page_analysis.worker.outage import DatabaseOutage
@@ -28,8 +37,28 @@ from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
-Finished = tuple[InFlight, Any]
-"""A finished job and what its `execute` returned."""
+DONE: Final = "done"
+FAILED: Final = "failed"
+"""A failed attempt: `pending` after a backoff, or `dead` when it was the last."""
+DEAD: Final = "dead"
+"""A permanent error: `dead` at once."""
+RELEASED: Final = "released"
+"""Given back: `pending` at once, attempt refunded."""
+
+
+@dataclass(slots=True)
+class End:
+    """How a job ended, other than done: `outcome` (`FAILED`, `DEAD` or
+    `RELEASED`) with the error, or why it was given back; `record` is `False`
+    once its `save_failure` has failed (it is then written without)."""
+
+    outcome: str
+    message: str
+    record: bool = True
+
+
+Finished = tuple[InFlight, Any, End | None]
+"""A job, what its `execute` returned, and its end (`None`: done)."""
 
 
 class Acker(ThreadService):
@@ -48,22 +77,37 @@ class Acker(ThreadService):
         super().__init__(name)
         self._engine = engine
         self._outage = outage
-        self._outcomes = outcomes
+        self.outcomes = outcomes
+        """Reports each end once written (pool threads publish `started` through it)."""
         self.linger = linger
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[Finished | None] = queue.SimpleQueue()
         self.batches = 0
-        """Transactions written (for tests and benchmarks)."""
+        """Batches written (for tests and benchmarks)."""
         self.acked = 0
-        """Jobs whose batch was written (acked or fenced off); `acked / batches`
+        """Job ends whose batch was written (or fenced off); `acked / batches`
         is the mean batch size (`make bench` reports it)."""
 
+    # --- what the rest of the runner hands over --------------------------------
+
     def put(self, job: InFlight, result: Any = None) -> None:
-        self._queue.put((job, result))
+        """`job` finished: ack it done (and `save` its result)."""
+        self._queue.put((job, result, None))
+
+    def fail(self, job: InFlight, error: str, *, permanent: bool) -> None:
+        """`job`'s attempt failed: retry after backoff, or dead (with `save_failure`)."""
+        self._queue.put((job, None, End(DEAD if permanent else FAILED, error)))
+
+    def release(self, jobs: Iterable[InFlight], why: str) -> None:
+        """Give the (abandoned) jobs back; `why` ends their log lines."""
+        for job in jobs:
+            self._queue.put((job, None, End(RELEASED, why)))
 
     def _request_stop(self) -> None:
         # Whatever was put before this is written first.
         self._queue.put(None)
+
+    # --- the writer thread ---------------------------------------------------------
 
     def run(self) -> None:
         # Its retries end on `stopped` only: what is queued is written even
@@ -75,11 +119,11 @@ class Acker(ThreadService):
                 closing = self._gather(pending)
                 while pending:
                     try:
-                        acked, failed = self._write(session, pending)
+                        changed = self._write(session, pending)
                     except DatabaseUnavailable:
                         if closing:
                             logger.error(
-                                "could not ack %d finished job(s) before shutdown; their "
+                                "could not write the end of %d job(s) before shutdown; their "
                                 "leases will expire and they will run again",
                                 len(pending),
                             )
@@ -90,47 +134,58 @@ class Acker(ThreadService):
                     self.batches += 1
                     self.acked += len(pending)
                     batch, pending = pending, []
-                    for job, _result in batch:
-                        if job.lease.id not in failed:
-                            self._outcomes.acked(job, job.lease.id in acked)
+                    self._report(batch, changed)
                 if closing:
                     return
         finally:
             session.close()
 
-    def _write(
-        self, session: DbSession, batch: list[Finished]
-    ) -> tuple[set[uuid.UUID], set[uuid.UUID]]:
-        """Write the batch: (ids acked, ids whose save failed and were failed instead)."""
-        if not any(_saves(job) for job, _ in batch):
-            leases = [job.lease for job, _ in batch]
-            return session.run(lambda conn: ack_done_many(conn, leases)), set()
+    def _report(self, batch: list[Finished], changed: set[uuid.UUID]) -> None:
+        outcomes = self.outcomes
+        for job, _result, end in batch:
+            written = job.lease.id in changed
+            if end is None:
+                outcomes.acked(job, written)
+            elif end.outcome == RELEASED:
+                outcomes.released(job, written, end.message)
+            else:
+                outcomes.failed(job, end.message, permanent=end.outcome == DEAD, written=written)
+
+    def _write(self, session: DbSession, batch: list[Finished]) -> set[uuid.UUID]:
+        """Write the batch; the ids whose row changed. A done job whose `save`
+        failed alone is turned into a failed attempt in `batch` itself."""
+        if not any(_records(entry) for entry in batch):
+            return session.run(lambda conn: _end_all(conn, batch))
         try:
-            return session.run(lambda conn: _ack_and_save(conn, batch), atomic=True), set()
+            return session.run(lambda conn: _end_all(conn, batch, record=True), atomic=True)
         except DatabaseUnavailable:
             raise
         except Exception as exc:
             if len(batch) == 1:
-                job = batch[0][0]
-                logger.error("%s: saving the result failed", job.label, exc_info=exc)
-                error = f"could not save result: {describe_error(exc)}"
-                self._outcomes.fail(job, error, permanent=False)
-                return set(), {job.lease.id}
+                batch[0] = self._without_record(batch[0], exc)
+                return self._write(session, batch)
             logger.warning(
-                "a batch of %d result(s) could not be written (%s); writing each alone",
+                "a batch of %d job end(s) could not be written (%s); writing each alone",
                 len(batch),
                 describe_error(exc),
             )
-        acked: set[uuid.UUID] = set()
-        failed: set[uuid.UUID] = set()
-        for finished in batch:
-            one_acked, one_failed = self._write(session, [finished])
-            acked |= one_acked
-            failed |= one_failed
-        return acked, failed
+        changed: set[uuid.UUID] = set()
+        for index, entry in enumerate(batch):
+            one = [entry]
+            changed |= self._write(session, one)
+            batch[index] = one[0]
+        return changed
+
+    def _without_record(self, entry: Finished, exc: Exception) -> Finished:
+        job, _result, end = entry
+        if end is None:
+            logger.error("%s: saving the result failed", job.label, exc_info=exc)
+            return (job, None, End(FAILED, f"could not save result: {describe_error(exc)}"))
+        logger.error("%s: recording its failure failed", job.label, exc_info=exc)
+        return (job, None, End(end.outcome, end.message, record=False))
 
     def _gather(self, batch: list[Finished], wait: bool = True) -> bool:
-        """Add queued jobs to `batch`: block for the first one, then linger.
+        """Add queued ends to `batch`: block for the first one, then linger.
         Returns `True` once `stop()` was called and everything before it is in."""
         get, get_nowait = self._queue.get, self._queue.get_nowait
         if wait and not batch:
@@ -155,10 +210,42 @@ def _saves(job: InFlight) -> bool:
     return not job.nothing_to_do and bool(getattr(job.handler, "writes_result", True))
 
 
-def _ack_and_save(conn: Connection, batch: list[Finished]) -> set[uuid.UUID]:
-    acked = ack_done_many(conn, [job.lease for job, _ in batch])
-    for job, result in batch:
-        if job.lease.id in acked and _saves(job):
-            assert job.ctx is not None
-            job.handler.save(conn, job.item, result, job.ctx)
-    return acked
+def _records(entry: Finished) -> bool:
+    """Whether writing `entry` may call its handler (`save` or `save_failure`)."""
+    job, _result, end = entry
+    if end is None:
+        return _saves(job)
+    return end.outcome != RELEASED and end.record and job.item is not None and _terminal(job, end)
+
+
+def _terminal(job: InFlight, end: End) -> bool:
+    lease = job.lease
+    return end.outcome == DEAD or lease.attempts >= lease.max_attempts
+
+
+def _end_all(conn: Connection, batch: list[Finished], *, record: bool = False) -> set[uuid.UUID]:
+    """One fenced statement per outcome present, then (with `record`) the
+    handlers' writes for the rows that changed."""
+    done = [job.lease for job, _, end in batch if end is None]
+    failed = [(job.lease, end.message) for job, _, end in batch if end and end.outcome == FAILED]
+    dead = [(job.lease, end.message) for job, _, end in batch if end and end.outcome == DEAD]
+    released = [job.lease for job, _, end in batch if end and end.outcome == RELEASED]
+    changed: set[uuid.UUID] = set()
+    if done:
+        changed |= ack_done_many(conn, done)
+    if failed:
+        changed |= ack_failed_many(conn, failed)
+    if dead:
+        changed |= ack_dead_many(conn, dead)
+    if released:
+        changed |= release_many(conn, released)
+    if record:
+        for job, result, end in batch:
+            if job.lease.id not in changed or not _records((job, result, end)):
+                continue
+            if end is None:
+                assert job.ctx is not None
+                job.handler.save(conn, job.item, result, job.ctx)
+            elif job.ctx is not None:
+                job.handler.save_failure(conn, job.item, end.message, job.ctx)
+    return changed

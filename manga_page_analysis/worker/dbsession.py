@@ -27,7 +27,10 @@ DB_RETRY_MAX_SECONDS = 5.0
 
 
 def runner_outage() -> DatabaseOutage:
-    """The outage log shared by one runner's threads."""
+    """The outage log shared by one runner's threads, with the runner's one retry
+    policy (`DB_RETRY_*`). The wake-up listener reports its failures to it but not
+    its recoveries: its direct connection (`listen_url`) may work while the
+    engine's way does not."""
     return DatabaseOutage(DB_RETRY_MAX_SECONDS, base_delay=DB_RETRY_BASE_SECONDS)
 
 

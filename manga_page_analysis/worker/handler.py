@@ -18,7 +18,7 @@ ResultT = TypeVar("ResultT")
 
 @dataclass(frozen=True)
 class JobContext:
-    """What a dispatch knows about its run: the lease, its deadline (a
+    """What a dispatch (one run of a handler's `execute`) knows about its run: the lease, its deadline (a
     `time.monotonic()` value) and the cancel event set on shutdown, timeout or
     lost lease. A dispatch should pass `deadline` and `cancel` to every blocking call."""
 

@@ -1,5 +1,5 @@
 """The heartbeat: one thread per runner that keeps its leases alive and
-enforces deadlines and shutdown.
+enforces deadlines; nothing else.
 
 Every `interval` (a third of the lease) it renews ALL in-flight leases in one
 statement, fenced per row: a lease found lost abandons exactly its own job.
@@ -9,15 +9,14 @@ A job past its deadline is abandoned and failed with the handler's timeout messa
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from datetime import timedelta
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import SQLAlchemyError
 
-from manga_page_analysis.queue import reap_done, release_many, renew_many
-from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession, short_error
+from manga_page_analysis.queue import renew_many
+from manga_page_analysis.worker.acker import Acker
+from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.outage import DatabaseOutage
 from manga_page_analysis.worker.outcomes import Outcomes
@@ -25,37 +24,29 @@ from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
 
-REAP_EVERY_SECONDS = 3600.0
-"""How often old `done` jobs are deleted (when `reap_retention_days` is set)."""
-
 
 class Heartbeat(ThreadService):
-    """Stopping it releases every job still queued or executing, in one
-    statement, as the last thing its thread does."""
-
     role = "heartbeat"
-    restart_when_stopping = True  # its run ends with the shutdown release
 
     def __init__(
         self,
         engine: Engine,
         jobs: InFlightJobs,
+        acker: Acker,
         outcomes: Outcomes,
         outage: DatabaseOutage,
         *,
         lease_duration: timedelta,
-        reap_retention_days: int = 0,
         name: str = "worker",
     ) -> None:
         super().__init__(name)
         self._engine = engine
         self._jobs = jobs
+        self._acker = acker
         self._outcomes = outcomes
         self._outage = outage
         self.lease_duration = lease_duration
         self.interval = lease_duration.total_seconds() / 3
-        self._reap_retention_days = reap_retention_days
-        self._last_reap = float("-inf")
         self.wake_at = float("inf")
         """When the thread plans to wake next (`time.monotonic()`)."""
 
@@ -65,8 +56,7 @@ class Heartbeat(ThreadService):
             self._wake.set()
 
     def run(self) -> None:
-        # Never cut short: the release on shutdown gets the session's one retry.
-        session = DbSession(self._engine, self._outage, threading.Event(), autocommit=True)
+        session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
         next_renew = time.monotonic() + self.interval
         try:
             while not self.stopped.is_set():
@@ -84,8 +74,6 @@ class Heartbeat(ThreadService):
                     # (sooner than a beat: the lease window is only 3 beats).
                     retry = min(self.interval, max(session.delay, 0.05))
                     next_renew = now + (self.interval if renewed else retry)
-                    self._maybe_reap(session, now)
-            self._release_in_flight(session)
         finally:
             session.close()
 
@@ -95,7 +83,7 @@ class Heartbeat(ThreadService):
             if job.state is not JobState.EXECUTING or ctx is None or ctx.deadline > now:
                 continue
             if self._jobs.abandon(job):
-                self._outcomes.fail(job, job.handler.timeout_message, permanent=False)
+                self._acker.fail(job, job.handler.timeout_message, permanent=False)
 
     def _renew(self, session: DbSession) -> bool:
         held = self._jobs.snapshot()
@@ -111,36 +99,3 @@ class Heartbeat(ThreadService):
             if job.lease.id not in current and self._jobs.abandon(job):
                 self._outcomes.lease_lost(job)
         return True
-
-    def _release_in_flight(self, session: DbSession) -> None:
-        abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
-        if not abandoned:
-            return
-        try:
-            released = session.run(
-                lambda conn: release_many(conn, [job.lease for job in abandoned])
-            )
-        except Exception as exc:
-            logger.error(
-                "could not release %d in-flight job(s) on shutdown (%s); their leases will "
-                "expire and they will be reclaimed",
-                len(abandoned),
-                short_error(exc),
-            )
-            return
-        for job in abandoned:
-            self._outcomes.released(job, job.lease.id in released)
-
-    def _maybe_reap(self, session: DbSession, now: float) -> None:
-        if not self._reap_retention_days or now - self._last_reap < REAP_EVERY_SECONDS:
-            return
-        self._last_reap = now
-        try:
-            reaped = session.run(lambda conn: reap_done(conn, self._reap_retention_days))
-        except (DatabaseUnavailable, SQLAlchemyError) as exc:
-            logger.warning("could not reap done jobs: %s", short_error(exc))
-            return
-        if reaped:
-            logger.info(
-                "deleted %d done job(s) older than %d days", reaped, self._reap_retention_days
-            )

@@ -58,7 +58,8 @@ class _LoadsAborted(Exception):
 
 
 class LeaseLoop(ThreadService):
-    """`dispatch(batch)` takes each leased batch (the pool)."""
+    """`submit(batch)` hands each leased batch over to the pool ("dispatch" is
+    only ever a job's `execute`)."""
 
     role = "lease"
 
@@ -69,7 +70,7 @@ class LeaseLoop(ThreadService):
         jobs: InFlightJobs,
         outage: DatabaseOutage,
         *,
-        dispatch: Callable[[list[InFlight]], None],
+        submit: Callable[[list[InFlight]], None],
         workers: int,
         prefetch: int | None,
         lease_duration: timedelta,
@@ -82,7 +83,7 @@ class LeaseLoop(ThreadService):
         self._handlers = handlers
         self._jobs = jobs
         self._outage = outage
-        self._dispatch = dispatch
+        self._submit = submit
         self.workers = workers
         self.prefetch = prefetch
         self.lease_duration = lease_duration
@@ -153,7 +154,7 @@ class LeaseLoop(ThreadService):
                     seconds = time.monotonic() - round_started
                     self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
                     self._jobs.add(batch)
-                    self._dispatch(batch)
+                    self._submit(batch)
                 if len(batch) < free:  # the queue is drained: sleep until woken
                     self._wake.wait(self.idle_poll)
         finally:
@@ -234,7 +235,9 @@ class WakeupListener(ThreadService):
                     established = True
                     if self.connections > 1:
                         self._on_wake()  # notifications may have been missed meanwhile
-                    self._outage.recovered()
+                    # No `recovered()`: this direct connection working says nothing
+                    # of the engine's way (PgBouncer, say), and ending the outage
+                    # here while the others still fail would log it twice.
                     failures = 0
                     self._listen(conn)
                     return

@@ -22,3 +22,8 @@ class RunnerObserver(Protocol):
     def lease_lost(self, kind: str) -> None:
         """A heartbeat found a lease of `kind` gone; that job's result is discarded."""
         ...
+
+    def leader_changed(self, leading: bool) -> None:
+        """This runner became (`True`) or stopped being the leader that runs the
+        queue's maintenance. Optional: an observer without it hears nothing."""
+        ...

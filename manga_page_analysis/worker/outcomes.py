@@ -1,40 +1,23 @@
-"""How a job's run ends: the fenced writes of failures, and what is said about every end.
-
-A failure is one transaction: the fenced `ack_failed`/`ack_dead` first, then
-`save_failure` only when that changed the row, so a late or fenced-off failure
-never lands. Log lines, observer calls and events follow the commit of the
-fact they report; a job leaves the registry of in-flight jobs here.
+"""What is said about every end of a job, once the acker wrote it: the log
+line, the observer's call and the event, in that order, after the commit of
+the fact they report; a job leaves the registry of in-flight jobs here.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
-
-from sqlalchemy import Connection, Engine
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-)
+from collections.abc import Mapping
+from typing import Any
 
 from manga_page_analysis.errors import ServiceError, without_reprs
-from manga_page_analysis.queue import Lease, ack_dead, ack_failed, release
-from manga_page_analysis.worker.dbsession import is_transient_db_error, short_error
+from manga_page_analysis.queue import Lease
 from manga_page_analysis.worker.events import EventBus, JobEvent
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
 from manga_page_analysis.worker.logcontext import job_log_context
 from manga_page_analysis.worker.observer import RunnerObserver
-from manga_page_analysis.worker.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 def describe_error(exc: BaseException) -> str:
@@ -45,57 +28,31 @@ def describe_error(exc: BaseException) -> str:
 
 
 class Outcomes:
-    """Writes failures, and reports every end of a job: log line, observer, event.
-
-    Thread-safe: pool threads, the acker and the heartbeat all call it."""
+    """Reports every end of a job: log line, observer, event. Thread-safe."""
 
     def __init__(
-        self,
-        engine: Engine,
-        jobs: InFlightJobs,
-        events: EventBus | None,
-        observer: RunnerObserver | None,
-        stopping: threading.Event,
-        outage: DatabaseOutage,
+        self, jobs: InFlightJobs, events: EventBus | None, observer: RunnerObserver | None
     ) -> None:
-        self._engine = engine
         self._jobs = jobs
-        self._outage = outage
         self._events = events
         self._observer = observer
-        self._stopping = stopping
 
-    # --- a failed attempt: one fenced transaction --------------------------
+    # --- reported after the acker wrote a job's end -----------------------
 
-    def fail(self, job: InFlight, error: str, *, permanent: bool) -> None:
-        """Record a failed attempt: retry after backoff, or dead (with `save_failure`).
-        The job then leaves the registry."""
+    def failed(self, job: InFlight, error: str, *, permanent: bool, written: bool) -> None:
+        """A failed attempt was written (retry after backoff, or dead), or fenced
+        off (`written` False). The job then leaves the registry."""
         try:
-            self._fail(job, error, permanent)
+            with job_log_context(**job.log_fields):
+                self._failed(job, error, permanent, written)
+        except Exception:
+            logger.exception("could not report the failure of job %s", job.lease.id)
         finally:
             self._jobs.remove(job)
 
-    def _fail(self, job: InFlight, error: str, permanent: bool) -> None:
-        lease, handler, item, ctx = job.lease, job.handler, job.item, job.ctx
+    def _failed(self, job: InFlight, error: str, permanent: bool, written: bool) -> None:
+        lease = job.lease
         terminal = permanent or lease.attempts >= lease.max_attempts
-
-        def write(conn: Connection) -> bool:
-            acked = (ack_dead if permanent else ack_failed)(conn, lease, error)
-            if acked and terminal and item is not None and ctx is not None:
-                handler.save_failure(conn, item, error, ctx)
-            return acked
-
-        try:
-            written = self._write(write)
-        except Exception as exc:
-            logger.error(
-                "%s failed (%s) and the failure could not be recorded (%s); the lease "
-                "will expire and the job will run again",
-                job.label,
-                error,
-                short_error(exc),
-            )
-            return
         if not written:
             logger.warning(
                 "%s failed (%s) after its lease was lost; nothing recorded", job.label, error
@@ -129,8 +86,6 @@ class Outcomes:
             error=error,
         )
 
-    # --- reported after a batch committed ----------------------------------
-
     def acked(self, job: InFlight, written: bool) -> None:
         """Its ack (and result) committed in a batch, or was fenced off (`written` False)."""
         try:
@@ -155,32 +110,18 @@ class Outcomes:
         finally:
             self._jobs.remove(job)
 
-    def released(self, job: InFlight, released: bool) -> None:
-        """Given back on shutdown (`released`), or found already gone."""
-        with job_log_context(**job.log_fields):
-            if not released:
-                logger.warning("%s: lease already gone at shutdown; nothing released", job.label)
-                return
-            logger.info("%s released on shutdown (attempt refunded)", job.label)
-            self.observe(job, "released")
-            self.publish("cancelled", job, attempt=job.lease.attempts)
-
-    def give_back(self, job: InFlight) -> None:
-        """Release a job that was leased but never started (attempt refunded)."""
+    def released(self, job: InFlight, written: bool, why: str) -> None:
+        """An abandoned job was given back (`why`), or its lease was already gone."""
         try:
-            released = self._write(lambda conn: release(conn, job.lease))
-        except Exception as exc:
-            logger.error(
-                "%s: could not give the job back (%s); its lease will expire",
-                job.label,
-                short_error(exc),
-            )
-            return
-        with job_log_context(**job.log_fields):
-            if released:
-                logger.info("%s given back unrun: the readiness gate closed", job.label)
+            with job_log_context(**job.log_fields):
+                if not written:
+                    logger.warning("%s: lease already gone; nothing given back", job.label)
+                    return
+                logger.info("%s %s (attempt refunded)", job.label, why)
                 self.observe(job, "released")
                 self.publish("cancelled", job, attempt=job.lease.attempts)
+        except Exception:
+            logger.exception("could not report the release of job %s", job.lease.id)
 
     def lease_lost(self, job: InFlight) -> None:
         with job_log_context(**job.log_fields):
@@ -192,7 +133,7 @@ class Outcomes:
             self.notify_observer("lease_lost", job.lease.payload.kind)
 
     def crash_loop(self, lease: Lease, breadcrumb: Mapping[str, Any] | None, error: str) -> None:
-        """Dead-lettered at start-up after crashing its workers again and again."""
+        """Dead-lettered by the maintenance after crashing its workers again and again."""
         self.notify_observer("job_finished", lease.payload.kind, "dead", 0.0)
         details = {
             "attempt": lease.attempts,
@@ -209,10 +150,12 @@ class Outcomes:
         self.notify_observer("job_finished", job.lease.payload.kind, outcome, max(0.0, seconds))
 
     def notify_observer(self, method: str, *args: Any) -> None:
-        if self._observer is None:
+        # Methods are optional: an observer written before one existed lacks it.
+        call = getattr(self._observer, method, None)
+        if call is None:
             return
         try:
-            getattr(self._observer, method)(*args)
+            call(*args)
         except Exception:
             logger.exception("runner observer failed in %s", method)
 
@@ -232,26 +175,3 @@ class Outcomes:
             self._events.publish(JobEvent(event_type, job_id, breadcrumb, details))
         except Exception:
             logger.exception("could not publish %s for job %s", event_type, job_id)
-
-    def _sleep(self, seconds: float) -> None:
-        # Waits between database retries end early on shutdown.
-        self._stopping.wait(seconds)
-
-    def _report_outage(self, state: RetryCallState) -> None:
-        # Logged as the outage (once), not per retry of each job.
-        self._outage.failed(short_error(state.outcome.exception()) if state.outcome else "?", 1)
-
-    def _write(self, work: Callable[[Connection], T]) -> T:
-        """`work(conn)` in a short transaction, retried through a dropped
-        connection or a restart."""
-        for attempt in Retrying(
-            retry=retry_if_exception(is_transient_db_error),
-            stop=stop_after_attempt(4),
-            wait=wait_exponential(multiplier=0.25, max=2.0),
-            sleep=self._sleep,
-            reraise=True,
-            before_sleep=self._report_outage,
-        ):
-            with attempt, self._engine.begin() as conn:
-                return work(conn)
-        raise AssertionError("unreachable")  # pragma: no cover

@@ -1,7 +1,7 @@
 """The fixed pool: `workers` threads, each running one job's `execute` at a time.
 
-A pool thread runs `execute` with no transaction open, hands a finished job to
-the acker (a failure it writes itself) and takes its next job at once.
+A pool thread runs `execute` with no transaction open, hands its end (done or
+failed) to the acker and takes its next job at once.
 Threads cannot be killed: when the heartbeat gives up a job still in
 `execute`, a replacement thread starts in its slot; the stuck
 thread ends when its call returns, and writes nothing.
@@ -20,7 +20,7 @@ from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
 from manga_page_analysis.worker.logcontext import job_log_context
-from manga_page_analysis.worker.outcomes import Outcomes, describe_error
+from manga_page_analysis.worker.outcomes import describe_error
 from manga_page_analysis.worker.readiness import ReadinessGate
 
 logger = logging.getLogger(__name__)
@@ -32,7 +32,6 @@ class WorkerPool:
     def __init__(
         self,
         jobs: InFlightJobs,
-        outcomes: Outcomes,
         acker: Acker,
         heartbeat: Heartbeat,
         *,
@@ -42,7 +41,6 @@ class WorkerPool:
         name: str = "worker",
     ) -> None:
         self._jobs = jobs
-        self._outcomes = outcomes
         self._acker = acker
         self._heartbeat = heartbeat
         self.workers = workers
@@ -53,6 +51,9 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._stuck: set[threading.Thread] = set()
         self._stopped = threading.Event()
+        self.deaths = 0
+        """Jobs whose pool thread hit an unexpected error outside `execute` (counted
+        like a service thread's death; the thread goes on with its next job)."""
         jobs.on_stuck = self._replace_stuck
 
     # --- the service -------------------------------------------------------
@@ -107,6 +108,7 @@ class WorkerPool:
             try:
                 self._run(job, slot)
             except BaseException:
+                self.deaths += 1
                 logger.critical("pool thread %s: unexpected error", me.name, exc_info=True)
                 self._jobs.remove(job)
             if me in self._stuck:
@@ -122,7 +124,7 @@ class WorkerPool:
             # Leased ahead while the gate was open; it has closed since (a
             # failed attempt made it probe again): give the job back unrun.
             if self._jobs.abandon(job):
-                self._outcomes.give_back(job)
+                self._acker.release([job], "given back unrun: the readiness gate closed")
             return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:
@@ -131,10 +133,10 @@ class WorkerPool:
         with job_log_context(**job.log_fields):
             if job.load_error is not None:
                 if self._jobs.finish(job):
-                    self._outcomes.fail(job, job.load_error, permanent=False)
+                    self._acker.fail(job, job.load_error, permanent=False)
                 return
             lease = job.lease
-            self._outcomes.publish("started", job, attempt=lease.attempts)
+            self._acker.outcomes.publish("started", job, attempt=lease.attempts)
             logger.info("%s started, attempt %d/%d", job.label, lease.attempts, lease.max_attempts)
             error: BaseException | None = None
             result: Any = None
@@ -159,7 +161,7 @@ class WorkerPool:
         if not isinstance(error, ServiceError):
             logger.error("%s: unexpected error in dispatch", job.label, exc_info=error)
         permanent = getattr(error, "retryable", True) is False  # no retry can fix it
-        self._outcomes.fail(job, message, permanent=permanent)
+        self._acker.fail(job, message, permanent=permanent)
         if self._readiness is not None and not permanent:
             # A failed attempt may mean the model server just went down: ask it
             # before the next lease instead of trusting the last ready answer.

@@ -2,41 +2,47 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy import Engine
 
 from manga_page_analysis.config import MAX_RETENTION_DAYS
-from manga_page_analysis.queue import Lease, reclaim_expired
+from manga_page_analysis.queue.kinds import require_kinds
 from manga_page_analysis.worker.acker import Acker
-from manga_page_analysis.worker.dbsession import runner_outage, short_error
+from manga_page_analysis.worker.dbsession import runner_outage
 from manga_page_analysis.worker.events import EventBus
-from manga_page_analysis.worker.handler import AnyHandler, JobContext
+from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
-from manga_page_analysis.worker.inflight import InFlightJobs
+from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.leasing import LeaseLoop, WakeupListener
+from manga_page_analysis.worker.maintenance import Maintainer
 from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.pool import WorkerPool
 from manga_page_analysis.worker.readiness import ReadinessGate
-from manga_page_analysis.worker.service import Service, ThreadService
+from manga_page_analysis.worker.service import Service
 
 logger = logging.getLogger(__name__)
 
 SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for each service in turn."""
+GRACE_POLL_SECONDS = 0.05
+"""During a soft stop, how often the runner checks whether its jobs have ended."""
 
 
 class Runner:
-    """Runs `handlers` on `workers` pool threads until `stop()`; on shutdown,
-    in-flight jobs are released at once (attempt refunded, `cancelled`
-    published) without waiting for their dispatch.
+    """Runs `handlers` (one per registered kind; it leases only those kinds) on
+    `workers` pool threads until `stop()`.
+
+    The first `stop()` is a soft stop: nothing more is leased, jobs leased
+    but not started are given back, and running jobs may finish for up to
+    `shutdown_grace` seconds; whatever still runs then is released (attempt
+    refunded, `cancelled` published). `stop_now()` releases at once.
 
     The keywords are documented in docs/worker.md ("Keywords"); besides them,
     `listen_url` is the direct connection LISTEN uses (default: the engine's
@@ -62,9 +68,18 @@ class Runner:
         prefetch: int | None = None,
         ack_linger: float = 0.002,
         ack_max_batch: int = 1000,
+        shutdown_grace: float = 0.0,
+        maintenance: bool = True,
+        leader_lease: timedelta = timedelta(seconds=30),
+        reclaim_interval: float = 30.0,
+        reap_interval: float = 3600.0,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
+        require_kinds(handler.kind for handler in handlers)
+        if shutdown_grace < 0:
+            raise ValueError("shutdown_grace must be at least 0")
+        self.shutdown_grace = shutdown_grace
         if workers < 1 or (prefetch is not None and prefetch < 0):
             raise ValueError("workers must be at least 1 and prefetch at least 0")
         if not 0 <= reap_retention_days <= MAX_RETENTION_DAYS:
@@ -76,27 +91,39 @@ class Runner:
         self._readiness = readiness
         self._name = name
         self._stopping = threading.Event()
+        self._hard_stop = threading.Event()
         self._shutdown: threading.Thread | None = None
         # Reentrant: a signal handler calling stop() may interrupt start().
         self._lifecycle = threading.RLock()
         outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
-        self._outcomes = Outcomes(engine, jobs, events, observer, self._stopping, outage)
+        self._outcomes = Outcomes(jobs, events, observer)
         self.acker = Acker(
             engine, outage, self._outcomes, linger=ack_linger, max_batch=ack_max_batch, name=name
         )
         self._heartbeat = Heartbeat(
             engine,
             jobs,
+            self.acker,
             self._outcomes,
             outage,
             lease_duration=lease_duration,
+            name=name,
+        )
+        self.maintainer = Maintainer(
+            engine,
+            self._handlers,
+            self._outcomes,
+            outage,
+            leader_lease=leader_lease,
+            reclaim_interval=reclaim_interval,
+            reap_interval=reap_interval,
             reap_retention_days=reap_retention_days,
+            on_leading=functools.partial(self._outcomes.notify_observer, "leader_changed"),
             name=name,
         )
         self._pool = WorkerPool(
             jobs,
-            self._outcomes,
             self.acker,
             self._heartbeat,
             workers=workers,
@@ -109,7 +136,7 @@ class Runner:
             self._handlers,
             jobs,
             outage,
-            dispatch=self._pool.submit,
+            submit=self._pool.submit,
             workers=workers,
             prefetch=prefetch,
             lease_duration=lease_duration,
@@ -126,6 +153,7 @@ class Runner:
             name=name,
         )
         self._services: list[Service] = [
+            *([self.maintainer] if maintenance else []),
             *([self.listener] if listen else []),
             self.acker,
             self._pool,
@@ -137,18 +165,29 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Reclaim orphaned leases once, then start the services in order.
-        Does nothing once `stop()` was called."""
+        """Try to become the maintenance leader (and, leading, reclaim expired
+        leases) once, then start the services in order. Does nothing once
+        `stop()` was called."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
-            self._reclaim_at_start()
+            if self.maintainer in self._services:
+                # Before the first lease: a restarted lone worker takes back (and
+                # counts, for the crash-loop rule) what its predecessor held.
+                self.maintainer.first_round()
             for service in self._services:
                 service.start()
 
+    def stop_now(self) -> None:
+        """`stop()`, and end its grace period now: running jobs are released."""
+        self.stop()
+        if not self._hard_stop.is_set():
+            self._hard_stop.set()
+            logger.info("stopping now: running jobs are released")
+
     def stop(self) -> None:
-        """Start the shutdown on a thread of its own (services stopped and joined
-        one by one, in reverse start order); returns at once. A second call does nothing."""
+        """Start the shutdown on a thread of its own (a soft stop: see the class);
+        returns at once. A second call does nothing (`stop_now()` ends the grace)."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
@@ -162,6 +201,8 @@ class Runner:
     def _shut_down(self) -> None:
         with self._lifecycle:
             pass  # a start() under way (a signal may arrive during it) ends first
+        self._let_running_jobs_finish()
+        self._hard_stop.set()
         for service in reversed(self._services):
             began = time.monotonic()
             service.stop()
@@ -175,6 +216,53 @@ class Runner:
                     type(service).__name__,
                     SHUTDOWN_JOIN_SECONDS,
                 )
+            if service is self._heartbeat:
+                # Nothing renews their leases any more: give back what still runs.
+                self._release_in_flight()
+
+    def _let_running_jobs_finish(self) -> None:
+        """The soft stop: stop leasing, give back what has not started, then wait
+        up to the grace period (or a second `stop()`) for running jobs to end."""
+        if self.shutdown_grace <= 0:
+            return
+        deadline = time.monotonic() + self.shutdown_grace
+        self._lease_loop.stop()
+        self.listener.stop()
+        self._lease_loop.join(SHUTDOWN_JOIN_SECONDS)
+        self._give_back_unstarted()
+        if len(self._jobs):
+            logger.info(
+                "stopping: %d running job(s) may finish for up to %.0f s (stop again to "
+                "release them now)",
+                len(self._jobs),
+                self.shutdown_grace,
+            )
+        # Polled: jobs end on pool threads, the acker and the heartbeat, and the
+        # registry has no end-of-job signal of its own.
+        while len(self._jobs) and not self._hard_stop.wait(GRACE_POLL_SECONDS):
+            if time.monotonic() >= deadline:
+                logger.info(
+                    "grace period of %.0f s over: releasing %d running job(s)",
+                    self.shutdown_grace,
+                    len(self._jobs),
+                )
+                break
+
+    def _release_in_flight(self) -> None:
+        """Give up every job still queued or executing (its `cancel` is set) and
+        hand it to the acker to be released, without waiting for its `execute`."""
+        abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
+        if abandoned:
+            self.acker.release(abandoned, "released on shutdown")
+
+    def _give_back_unstarted(self) -> None:
+        queued = [
+            job
+            for job in self._jobs.snapshot()
+            if job.state is JobState.QUEUED and self._jobs.abandon(job)
+        ]
+        if queued:
+            self.acker.release(queued, "given back unstarted: the runner is stopping")
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Block until `stop()` was called (or `timeout` passes)."""
@@ -207,47 +295,6 @@ class Runner:
 
     @property
     def worker_deaths(self) -> int:
-        """Runner threads that died unexpectedly and were run again."""
-        return sum(s.deaths for s in self._services if isinstance(s, ThreadService))
-
-    def _reclaim_at_start(self) -> None:
-        """Reclaim expired leases in one transaction. `reclaim_expired` dead-letters a
-        job reclaimed `RECLAIM_LIMIT` times in a row; the queue knows no job kind,
-        so its handler's `save_failure` is written here, in the same transaction,
-        and the job is reported like a last attempt once that committed."""
-        try:
-            with self._engine.begin() as conn:
-                reclaim = reclaim_expired(conn)
-                breadcrumbs = [
-                    self._record_crash_loop(conn, lease, reclaim.error)
-                    for lease in reclaim.dead_lettered
-                ]
-        except SQLAlchemyError as exc:
-            logger.warning("could not reclaim orphaned jobs at start-up: %s", short_error(exc))
-            return
-        for lease, breadcrumb in zip(reclaim.dead_lettered, breadcrumbs, strict=True):
-            self._outcomes.crash_loop(lease, breadcrumb, reclaim.error)
-
-    def _record_crash_loop(
-        self, conn: Connection, lease: Lease, error: str
-    ) -> Mapping[str, Any] | None:
-        """The job's breadcrumb, or `None` when its handler is not this runner's,
-        had nothing to record, or failed to."""
-        handler = self._handlers.get(lease.payload.kind)
-        if handler is None:
-            return None  # another runner's kind: the dead row is the whole record
-        label = f"job {lease.id}"
-        try:
-            # A savepoint: a handler that cannot record this must not undo the reclaim.
-            with conn.begin_nested():
-                item = handler.load(conn, lease)
-                if item is None:
-                    return None
-                now = time.monotonic()
-                handler.save_failure(
-                    conn, item, error, JobContext(lease, now, threading.Event(), now, label)
-                )
-            return handler.breadcrumb(item)
-        except Exception:
-            logger.exception("%s: could not record its crash-loop failure", label)
-            return None
+        """Unexpected errors the runner's threads survived, every service counted the
+        same way (a service thread run again, a pool thread that went on)."""
+        return sum(service.deaths for service in self._services)

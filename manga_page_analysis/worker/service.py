@@ -15,7 +15,10 @@ in one beat or one lease round does not take the worker down."""
 
 class Service(Protocol):
     """`start()` and `stop()` return at once (`stop()` is idempotent); `join(timeout)`
-    waits up to `timeout` seconds, `True` once the work has ended (or never started)."""
+    waits up to `timeout` seconds, `True` once the work has ended (or never started).
+    `deaths` counts the unexpected errors its threads survived."""
+
+    deaths: int
 
     def start(self) -> None: ...
 
@@ -28,11 +31,9 @@ class ThreadService:
     """A service on one thread, named `{name}-{role}`. Subclasses define `run()`,
     which returns once `stopped` is set; `stop()` also sets `_wake`, an event
     `run()` may sleep on (a subclass that sleeps on something else overrides
-    `_request_stop()`). `restart_when_stopping`: a thread that dies after
-    `stop()` still runs again (for services whose run ends with shutdown work)."""
+    `_request_stop()`)."""
 
     role = "service"
-    restart_when_stopping = False
 
     def __init__(self, name: str) -> None:
         self.stopped = threading.Event()
@@ -81,6 +82,6 @@ class ThreadService:
                     self._thread_name,
                     exc_info=True,
                 )
-                if self.stopped.is_set() and not self.restart_when_stopping:
+                if self.stopped.is_set():
                     return
                 self.stopped.wait(RESTART_DELAY_SECONDS)

@@ -32,13 +32,13 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.models import Chapter, Manga, Page
 from manga_page_analysis.queue import request_analysis
 from manga_page_analysis.storage import LocalStorage
+from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import insert_raw_job, wait_until
 from tests.integration.test_admin_page import (  # noqa: F401  (the browser fixture)
     DOM_TIMEOUT,
     _screenshot,
     browser,
 )
-from tests.vision_server import analysis_content, ok_answer
 
 pytestmark = pytest.mark.slow
 

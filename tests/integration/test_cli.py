@@ -20,8 +20,8 @@ from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import make_page
-from tests.vision_server import analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 
@@ -35,6 +35,8 @@ def _env(database_url: str, vision_url: str, storage_root: Path, **extra: str) -
         ANALYSIS_WORKERS="2",
         IDLE_POLL_SECONDS="0.05",
         READINESS_POLL_SECONDS="0.1",
+        # A stop releases the job in flight at once (the grace period has its own tests).
+        SHUTDOWN_GRACE_SECONDS="0",
         PYTHONUNBUFFERED="1",
     )
     env.update(extra)

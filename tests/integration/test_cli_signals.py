@@ -18,11 +18,11 @@ import pytest
 from sqlalchemy import Engine, text
 
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.helpers import make_page, wait_until
 from tests.integration.test_cli import _env, listening, start_worker, stop_worker, wait_for
 from tests.integration.web_django.test_django_commands import _env as django_env
 from tests.integration.web_django.test_django_commands import start_run_worker
-from tests.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -179,6 +179,7 @@ def test_django_run_worker_stops_gracefully_on_sighup(
         STORAGE_ROOT=str(storage),
         IDLE_POLL_SECONDS="0.05",
         READINESS_POLL_SECONDS="0.1",
+        SHUTDOWN_GRACE_SECONDS="0",
     )
     process = start_run_worker(env, tmp_path)
     try:

@@ -21,10 +21,10 @@ from manga_page_analysis.db import make_engine, schema_options
 from manga_page_analysis.migrations import current_revision, differences, head_revision
 from manga_page_analysis.queue import request_analysis
 from manga_page_analysis.web.flask import admin_blueprint
+from testbed.pgbouncer import PgBouncer
+from testbed.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.helpers import make_page, wait_until
 from tests.integration.test_cli import run_cli, start_worker, stop_worker
-from tests.pgbouncer import PgBouncer
-from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 SCHEMA = "page_analysis"

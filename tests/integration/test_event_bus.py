@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import uuid
 
 import psycopg
@@ -57,17 +58,31 @@ def test_every_event_reaches_listeners_in_publishing_order(engine, database_url,
 def test_a_background_publish_does_not_wait_for_the_database_and_a_failure_is_dropped(
     caplog,
 ):
-    # Nothing listens on port 1: each send fails, after the publisher has moved on.
-    unreachable = create_engine(
-        "postgresql+psycopg://nobody@127.0.0.1:1/none", connect_args={"connect_timeout": 2}
-    )
+    # Every connection attempt blocks until `database_answers` is set, then fails:
+    # publishing must finish while the database has not answered at all.
+    database_answers = threading.Event()
+    connecting = threading.Event()
+
+    def connect() -> psycopg.Connection:
+        connecting.set()
+        database_answers.wait(30)
+        raise psycopg.OperationalError("the test's database never answers")
+
+    unreachable = create_engine("postgresql+psycopg://", creator=connect)
     bus = EventBus(unreachable, "bus_test", background=True)
     received: list[JobEvent] = []
     bus.subscribe(received.append)
     with caplog.at_level(logging.WARNING, logger="manga_page_analysis.worker.events"):
-        for n in range(3):
-            bus.publish(_event(n))  # returns at once: no connection is attempted here
+        publisher = threading.Thread(
+            target=lambda: [bus.publish(_event(n)) for n in range(3)], daemon=True
+        )
+        publisher.start()
+        assert connecting.wait(10)  # the notifier is stuck connecting...
+        publisher.join(10)
+        assert not publisher.is_alive()  # ...and publishing finished all the same
+        assert not database_answers.is_set()
         assert [e.details["n"] for e in received] == [0, 1, 2]  # subscribers ran in-line
+        database_answers.set()
         assert bus.flush(15)
         bus.close()
     assert any("could not NOTIFY bus_test" in r.getMessage() for r in caplog.records)

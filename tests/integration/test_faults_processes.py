@@ -22,11 +22,11 @@ from sqlalchemy import text
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import upgrade_head
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import Reply, analysis_content, ok_answer
 from tests.helpers import count, make_page, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
 from tests.postgres_server import private_postgres, wait_accepting
 from tests.tcp_proxy import TcpProxy
-from tests.vision_server import Reply, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 pytestmark = pytest.mark.slow
@@ -47,6 +47,20 @@ def _pages(engine, storage: Path, n: int) -> list:
 # --- SIGKILL mid-dispatch ----------------------------------------------------
 
 
+def _killable_env(database_url: str, vision_url: str, storage: Path) -> dict[str, str]:
+    """One worker whose leases run out a second after it is killed. The killed
+    worker led the maintenance: its successor leads once that lease has run
+    out too, and reclaims before it leases."""
+    return _env(
+        database_url,
+        vision_url,
+        storage,
+        LEASE_SECONDS="1",
+        ANALYSIS_WORKERS="1",
+        LEADER_LEASE_SECONDS="1",
+    )
+
+
 def test_sigkill_mid_dispatch_costs_no_attempt_and_writes_one_result(
     database_url, engine, vision_server, tmp_path
 ):
@@ -54,7 +68,7 @@ def test_sigkill_mid_dispatch_costs_no_attempt_and_writes_one_result(
     (job_id,) = _pages(engine, storage, 1)
     hold = threading.Event()
     vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
-    env = _env(database_url, vision_server.url, storage, LEASE_SECONDS="1", ANALYSIS_WORKERS="1")
+    env = _killable_env(database_url, vision_server.url, storage)
 
     first = start_worker(env, tmp_path)
     try:
@@ -115,7 +129,7 @@ def test_a_page_that_kills_its_worker_three_times_is_dead_lettered(
     (job_id,) = _pages(engine, storage, 1)
     hold = threading.Event()  # the model never answers: every worker dies mid-dispatch
     vision_server.default = Reply(body=ok_answer(analysis_content()).body, block=hold)
-    env = _env(database_url, vision_server.url, storage, LEASE_SECONDS="1", ANALYSIS_WORKERS="1")
+    env = _killable_env(database_url, vision_server.url, storage)
     expired = "SELECT count(*) FROM crawler_jobs WHERE id = :id AND leased_until < now()"
     try:
         for kill in (1, 2, 3):

@@ -20,15 +20,15 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.worker.events import EventBus
 from manga_page_analysis.worker.readiness import ReadinessGate
-from tests.helpers import count, wait_until
-from tests.tcp_proxy import TcpProxy
-from tests.vision_server import (
+from testbed.vision_server import (
     Reply,
     ScriptedVisionServer,
     analysis_content,
     error_reply,
     ok_answer,
 )
+from tests.helpers import count, wait_until
+from tests.tcp_proxy import TcpProxy
 from tests.worker_support import EventRecorder, png_bytes
 
 

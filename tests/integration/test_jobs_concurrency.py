@@ -1,7 +1,9 @@
-"""The queue under concurrency: SKIP LOCKED, exactly-once acks, LIMIT honoured."""
+"""The queue under concurrency: SKIP LOCKED, exactly-once acks fenced by the lease
+generation, LIMIT honoured."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -10,7 +12,7 @@ from datetime import timedelta
 from sqlalchemy import insert, text
 
 from manga_page_analysis.models import Job
-from manga_page_analysis.queue import KIND_SYNC_MANGA, SyncManga, ack_done, lease
+from manga_page_analysis.queue import KIND_SYNC_MANGA, SyncManga, ack_done, ack_done_many, lease
 from tests.helpers import count
 
 THREADS = 8
@@ -33,6 +35,7 @@ def test_eight_workers_ack_every_job_exactly_once(engine):
     _fill(engine, JOBS)
     leased: Counter = Counter()
     acked: Counter = Counter()
+    stale_acked: Counter = Counter()
     lock = threading.Lock()
     start = threading.Barrier(THREADS)
 
@@ -46,10 +49,15 @@ def test_eight_workers_ack_every_job_exactly_once(engine):
                     return
                 assert len(batch) <= BATCH
                 for held in batch:
+                    # The lease its previous holder lost (one generation back):
+                    # its late ack must change nothing, under any concurrency.
+                    lost = dataclasses.replace(held, lease_generation=held.lease_generation - 1)
                     with conn.begin():
+                        late = ack_done_many(conn, [lost])
                         ok = ack_done(conn, held)
                     with lock:
                         leased[held.id] += 1
+                        stale_acked.update(late)
                         if ok:
                             acked[held.id] += 1
 
@@ -59,6 +67,7 @@ def test_eight_workers_ack_every_job_exactly_once(engine):
 
     assert len(leased) == JOBS and max(leased.values()) == 1
     assert len(acked) == JOBS and max(acked.values()) == 1
+    assert not stale_acked, f"{len(stale_acked)} acks of lost leases landed"
     assert count(engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done'") == JOBS
 
 

@@ -1,4 +1,4 @@
-"""The product through a real PgBouncer in transaction pooling mode (tests/pgbouncer.py).
+"""The product through a real PgBouncer in transaction pooling mode (testbed/pgbouncer.py).
 
 Many worker processes share a few server connections; LISTEN goes on a
 direct connection (`LISTEN_DATABASE_URL`); nothing relies on session state.
@@ -30,8 +30,8 @@ from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.queue import AnalyzePage, enqueue_many, request_analysis
 from manga_page_analysis.web.flask import admin_blueprint
 from manga_page_analysis.worker.events import JobEvent
+from testbed.pgbouncer import PgBouncer
 from tests.helpers import make_page, wait_until
-from tests.pgbouncer import PgBouncer
 from tests.worker_support import png_bytes
 
 DRAIN_JOBS = 2000

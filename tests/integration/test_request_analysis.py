@@ -21,7 +21,7 @@ from tests.helpers import count, job_row, make_page
 
 MINUTE = timedelta(minutes=1)
 
-# The contract holds through PgBouncer in transaction mode too (tests/pgbouncer.py).
+# The contract holds through PgBouncer in transaction mode too (testbed/pgbouncer.py).
 pytestmark = pytest.mark.pgbouncer
 
 

@@ -1,4 +1,4 @@
-"""S3Storage against a real S3-compatible server (SeaweedFS, tests/seaweedfs.py), reached
+"""S3Storage against a real S3-compatible server (SeaweedFS, testbed/seaweedfs.py), reached
 through the standard AWS_* variables; faults through a TCP proxy in front of it."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from manga_page_analysis.errors import (
 )
 from manga_page_analysis.storage import ProbedStorage, Storage, open_storage
 from manga_page_analysis.storage.s3 import S3Location, S3Storage
-from tests.seaweedfs import S3Server, free_ports
+from testbed.seaweedfs import S3Server, free_ports
 from tests.tcp_proxy import TcpProxy
 
 SERVICE_UNAVAILABLE = (

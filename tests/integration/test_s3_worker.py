@@ -1,7 +1,7 @@
 """Workers on two machines, one bucket: pages imported on "machine A" are analysed by a
 worker that has only the bucket (its STORAGE_ROOT is empty), and `storage copy` moves a
 local store into a bucket a worker then reads. SeaweedFS is the real store
-(tests/seaweedfs.py); the vision model is the scripted server."""
+(testbed/seaweedfs.py); the vision model is the scripted server."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.queue import request_analysis
 from manga_page_analysis.storage import open_storage
 from manga_page_analysis.storage.s3 import S3Storage
+from testbed.seaweedfs import S3Server
 from tests.helpers import wait_until
-from tests.seaweedfs import S3Server
 from tests.tcp_proxy import TcpProxy
 from tests.worker_support import Harness, png_bytes
 

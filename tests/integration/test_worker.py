@@ -13,8 +13,8 @@ from sqlalchemy import text
 
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, lease, release_unowned
 from manga_page_analysis.worker import leasing as leasing_module
+from testbed.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.helpers import fail_first_call, wait_until
-from tests.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.worker_support import png_bytes
 
 
@@ -82,7 +82,7 @@ def test_vision_down_then_up_costs_no_attempt(harness, vision_server):
 
 
 def test_vision_server_not_listening_parks_the_workers(harness, vision_server):
-    from tests.vision_server import ScriptedVisionServer
+    from testbed.vision_server import ScriptedVisionServer
 
     page_id = harness.add_page(png_bytes())
     job_id = harness.request(page_id)

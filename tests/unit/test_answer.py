@@ -16,7 +16,7 @@ from manga_page_analysis.analysis.answer import (
     parse_analysis,
 )
 from manga_page_analysis.errors import VisionError
-from tests.vision_server import analysis_content
+from testbed.vision_server import analysis_content
 
 
 def answer(**overrides: Any) -> str:

@@ -16,7 +16,7 @@ from manga_page_analysis.analysis.http_wire import is_dropped_connection, transp
 from manga_page_analysis.analysis.images import PreparedImage
 from manga_page_analysis.errors import VisionUnavailable, truncated, without_reprs
 from manga_page_analysis.worker.outcomes import describe_error
-from tests.vision_server import ScriptedVisionServer
+from testbed.vision_server import ScriptedVisionServer
 
 
 def test_without_reprs_takes_object_reprs_out() -> None:

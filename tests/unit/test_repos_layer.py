@@ -1,4 +1,4 @@
-"""`manga_page_analysis.repos` sits below `manga_page_analysis.analysis` (DESIGN "Layout"): it never imports it."""
+"""`manga_page_analysis.repos` sits below `manga_page_analysis.analysis`: it never imports it."""
 
 from __future__ import annotations
 

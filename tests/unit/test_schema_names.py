@@ -28,6 +28,15 @@ def test_hand_written_sql_names_the_schema_of_its_tables() -> None:
     assert qualified.count('"pa".crawler_jobs') == _RECLAIM_EXPIRED.count("crawler_jobs")
 
 
+def test_every_table_of_the_models_is_qualified_in_hand_written_sql() -> None:
+    """A table added to the models but not to `in_schema`'s list would be read
+    from `public` in another schema (queue_leader was, once)."""
+    from manga_page_analysis.models import Base
+
+    for table in Base.metadata.tables.values():
+        assert in_schema(f"SELECT 1 FROM {table.name}", "pa") == f'SELECT 1 FROM "pa".{table.name}'
+
+
 def test_channels_keep_their_names_in_public_only() -> None:
     assert channel_name("analysis_events", "public") == "analysis_events"
     assert channel_name("analysis_events", "pa") == "pa.analysis_events"

@@ -1,4 +1,4 @@
-"""VisionClient against the real scripted HTTP server in tests/vision_server.py."""
+"""VisionClient against the real scripted HTTP server in testbed/vision_server.py."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ from manga_page_analysis.errors import (
     VisionRejected,
     VisionUnavailable,
 )
-from tests.vision_server import (
+from testbed.vision_server import (
     Reply,
     ScriptedVisionServer,
     analysis_content,

@@ -21,8 +21,8 @@ from manga_page_analysis.analysis.http import VisionClient
 from manga_page_analysis.analysis.http_retry import RetryPolicy
 from manga_page_analysis.analysis.images import PreparedImage
 from manga_page_analysis.errors import VisionUnavailable
+from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import wait_until
-from tests.vision_server import analysis_content, ok_answer
 
 ANSWER = json.dumps(ok_answer(analysis_content()).body).encode()
 PAGE = PreparedImage("image/png", b"\x89PNG not decoded by anyone here", 1, 1, reencoded=False)

@@ -8,7 +8,7 @@ import time
 import pytest
 import requests
 
-from tests.vision_server import Reply, ScriptedVisionServer, error_reply, ok_answer
+from testbed.vision_server import Reply, ScriptedVisionServer, error_reply, ok_answer
 
 CHAT = "/v1/chat/completions"
 

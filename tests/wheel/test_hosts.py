@@ -31,9 +31,9 @@ import pytest
 from pytest_postgresql.executors import PostgreSQLExecutor
 from sqlalchemy import create_engine, text
 
+from testbed.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.conftest import _fresh_database
 from tests.helpers import wait_until
-from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 REPO = Path(__file__).resolve().parents[2]

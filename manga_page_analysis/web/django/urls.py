@@ -1,4 +1,4 @@
-"""`path("admin/analysis/", include("manga_page_analysis.web.django.urls"))`: DESIGN's admin routes.
+"""`path("admin/analysis/", include("manga_page_analysis.web.django.urls"))`: the admin routes (docs/admin-api.md).
 
 Every `api/` route of `manga_page_analysis.web.api.ROUTES`, under its name (`page_analysis:stats`, ...).
 """

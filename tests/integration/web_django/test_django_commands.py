@@ -16,8 +16,8 @@ from sqlalchemy import Engine, text
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import revisions
 from manga_page_analysis.queue import request_analysis
+from testbed.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.helpers import make_page, wait_until
-from tests.vision_server import ScriptedVisionServer, analysis_content, ok_answer
 from tests.worker_support import png_bytes
 
 MANAGE = Path(__file__).resolve().parents[3] / "examples" / "django_project" / "manage.py"

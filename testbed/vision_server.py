@@ -1,6 +1,6 @@
 """A scripted, real HTTP stand-in for an OpenAI-compatible vision server.
 
-Loaded as a pytest plugin (`pytest_plugins = ["tests.vision_server"]` in
+Loaded as a pytest plugin (`pytest_plugins = ["testbed.vision_server"]` in
 tests/conftest.py); usable outside pytest too (end-to-end tests, benchmarks).
 
 Fixture
@@ -46,7 +46,7 @@ Other paths answer 404 and are not recorded. The server speaks HTTP/1.1 and
 keeps connections alive, as model servers do (a client that reuses its
 connections shows it in the benchmark); `stop()` closes every open connection,
 so no client keeps a pooled connection to a stopped server.
-Run `python -m tests.vision_server --port 8080` to serve default answers by hand.
+Run `python -m testbed.vision_server --port 8080` to serve default answers by hand.
 """
 
 from __future__ import annotations

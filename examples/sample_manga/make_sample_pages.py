@@ -1,10 +1,10 @@
-"""Draw the sample manga pages under examples/sample_manga/ (for `make demo` and the OCR tests).
+"""Draw the sample manga pages in this folder (for `make demo` and the OCR tests).
 
 The PNGs and `pages.json` are committed: the demo and the tests never run
 this script. It is here so the pages can be regenerated or changed:
 
     apt-get install fonts-noto-cjk        # Debian; the font the pages are drawn with
-    .venv/bin/python scripts/make_sample_pages.py
+    .venv/bin/python examples/sample_manga/make_sample_pages.py
 
 Font: Noto Sans CJK JP Regular (`NotoSansCJK-Regular.ttc`, face 0, from
 Debian's fonts-noto-cjk 1:20220127), SIL Open Font License. Vertical text
@@ -35,7 +35,7 @@ BOLD_FONT_FILE = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Bold.ttc")
 FONT_INDEX = 0  # the JP face of the collection
 FONT_NAME = "Noto Sans CJK JP Regular (fonts-noto-cjk, NotoSansCJK-Regular.ttc face 0)"
 PAGE_SIZE = (600, 850)
-OUT_DIR = Path(__file__).resolve().parent.parent / "examples" / "sample_manga"
+OUT_DIR = Path(__file__).resolve().parent
 
 Box = tuple[int, int, int, int]
 
@@ -186,7 +186,7 @@ def draw_effect(image: Image.Image, effect: SoundEffect) -> None:
     """Bold lettering with a white outline, drawn on its own layer and turned."""
     face = font(effect.size, BOLD_FONT_FILE)
     box = face.getbbox(effect.text, direction="ttb", features=["vert"])
-    layer = Image.new("LA", (box[2] - box[0] + 40, box[3] - box[1] + 40), (255, 0))
+    layer = Image.new("LA", (int(box[2] - box[0]) + 40, int(box[3] - box[1]) + 40), (255, 0))
     ImageDraw.Draw(layer).text(
         (layer.width // 2, 20),
         effect.text,
@@ -214,11 +214,11 @@ def draw_bubble(draw: ImageDraw.ImageDraw, bubble: Bubble) -> None:
         sizes = [face.getbbox(col, direction="ttb", features=["vert"]) for col in bubble.lines]
         column_width = bubble.size + gap
         width = column_width * len(bubble.lines) - gap
-        height = max(box[3] - box[1] for box in sizes)
+        height = int(max(box[3] - box[1] for box in sizes))
     else:
         sizes = [face.getbbox(line) for line in bubble.lines]
         line_height = bubble.size + gap
-        width = max(box[2] - box[0] for box in sizes)
+        width = int(max(box[2] - box[0] for box in sizes))
         height = line_height * len(bubble.lines) - gap
     cx, cy = bubble.center
     left, top = cx - width // 2, cy - height // 2
