@@ -29,7 +29,15 @@ from tests.worker_support import png_bytes
 
 SCHEMA = "page_analysis"
 HOST_PAGES = "CREATE TABLE public.pages (id serial PRIMARY KEY, slug text NOT NULL UNIQUE)"
-OUR_TABLES = {"crawler_jobs", "mangas", "chapters", "pages", "page_analysis", "alembic_version"}
+OUR_TABLES = {
+    "crawler_jobs",
+    "mangas",
+    "chapters",
+    "pages",
+    "page_analysis",
+    "queue_leader",
+    "alembic_version",
+}
 
 
 def _env(database_url: str, **extra: str) -> dict[str, str]:

@@ -87,4 +87,4 @@ def test_the_bounds_are_inclusive() -> None:
 def test_a_runner_refuses_a_retention_no_heartbeat_could_reap_with() -> None:
     engine = create_engine(NO_DATABASE)
     with pytest.raises(ValueError, match="reap_retention_days must be from 0 to 36500"):
-        Runner(engine, [NoopHandler("noop")], reap_retention_days=MAX_RETENTION_DAYS + 1)
+        Runner(engine, [NoopHandler("sync_manga")], reap_retention_days=MAX_RETENTION_DAYS + 1)
