@@ -144,10 +144,16 @@ def start_s3_server(folder: Path, access_key: str, secret_key: str) -> S3Server:
         if process.poll() is not None:
             raise RuntimeError(f"weed server exited with {process.returncode}; see {log}")
         try:
-            requests.get(server.endpoint, timeout=1)
+            answer = requests.get(server.endpoint, timeout=1)
         except requests.RequestException:
             time.sleep(0.2)  # polling a starting server: nothing to synchronise on
             continue
+        # Only our weed's own answer counts: the free ports were free when chosen, and
+        # another process (a parallel test worker's server) can take one before weed
+        # binds it; it would answer this probe and vanish later.
+        if not answer.headers.get("Server", "").startswith("SeaweedFS"):
+            stop_s3_server(process)
+            raise RuntimeError(f"port {server.port} was taken by another server; see {log}")
         return server
     stop_s3_server(process)
     raise RuntimeError(f"weed server did not answer within {START_TIMEOUT_SECONDS} s; see {log}")
