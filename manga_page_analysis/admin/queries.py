@@ -146,8 +146,10 @@ def list_jobs(
 
     def newest(of_state: str) -> Select[Any]:
         # One more row than asked tells whether another page exists. A literal
-        # state: each branch walks its own range of the (state, [kind,]
-        # updated_at, id) indexes of migration 0008 and stops after limit + 1 rows.
+        # state (so the planner can match the partial indexes of migration
+        # 0010): each branch walks its own range of (state, updated_at, id),
+        # or of (state, kind, updated_at, id) for dead rows, and stops after
+        # limit + 1 rows; the few running rows are read whole and sorted.
         return (
             select(*jobs.c, KIND.label("kind"))
             .where(jobs.c.state == text_literal(of_state), *conditions)

@@ -443,7 +443,7 @@ def test_request_page_analysis(engine):
 
 
 def test_the_dead_job_listing_reads_its_index_not_the_table(engine):
-    """Guards migrations 0004 and 0008: the admin page's dead-job listing must
+    """Guards migrations 0004, 0008 and 0010: the admin page's dead-job listing must
     stay cheap on a table that is mostly done rows."""
     from sqlalchemy import event
 
@@ -474,5 +474,5 @@ def test_the_dead_job_listing_reads_its_index_not_the_table(engine):
             plan = "\n".join(
                 conn.exec_driver_sql("EXPLAIN " + statement, parameters).scalars()  # type: ignore[arg-type]
             )
-            assert "Index Scan Backward using ix_crawler_jobs_state_updated_at" in plan, plan
+            assert "Index Scan Backward using ix_crawler_jobs_listed_updated_at" in plan, plan
             assert "Seq Scan on crawler_jobs" not in plan, plan
