@@ -78,16 +78,17 @@ def _pid(conn: Connection) -> int:
 
 
 def _terminate(admin: Engine, pid: int) -> None:
-    with admin.connect() as conn:
+    with admin.begin() as conn:
         conn.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
-        # Terminated asynchronously: wait until the backend is gone.
-        wait_until(
-            lambda: (
-                not conn.execute(
-                    text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-                ).first()
-            )
-        )
+
+    def gone() -> bool:
+        # A transaction of its own each time: pg_stat_activity is a snapshot per transaction.
+        with admin.connect() as conn:
+            return not conn.execute(
+                text("SELECT 1 FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).first()
+
+    wait_until(gone)  # terminated asynchronously
 
 
 def test_a_killed_connection_is_replaced_at_once_without_an_outage(engine, database_url, caplog):
