@@ -180,7 +180,8 @@ class Maintainer(ThreadService):
             asked.result(timeout=self._renew_every)
         except (CancelledError, FutureTimeout):
             asked.cancel()  # not begun: the next round asks again
-            logger.warning("expired leases not reclaimed: the job-end writer did not get to it")
+            if not self.stopped.is_set():
+                logger.warning("expired leases not reclaimed: the job-end writer did not get to it")
             return
         except Exception as exc:
             logger.warning("could not reclaim expired leases: %s", short_error(exc))

@@ -25,7 +25,11 @@ from manga_page_analysis.queue import (
     reclaim_orphaned,
 )
 from manga_page_analysis.worker import JobContext, NoopHandler, Runner
+from manga_page_analysis.worker.acker import Acker
+from manga_page_analysis.worker.dbsession import runner_outage
 from manga_page_analysis.worker.events import EventBus, JobEvent
+from manga_page_analysis.worker.inflight import InFlightJobs
+from manga_page_analysis.worker.outcomes import Outcomes
 from tests.helpers import expire_lease, job_row
 from tests.worker_support import png_bytes
 
@@ -201,3 +205,14 @@ def test_the_crash_loop_end_is_written_by_the_acker_in_one_transaction_with_its_
     (failed,) = [event for event in events if event.job_id == job_id]
     assert failed.type == "failed" and failed.details["will_retry"] is False
     assert failed.breadcrumb == {"key": "segfault"}
+
+
+def test_a_reclaim_asked_of_a_stopped_writer_is_cancelled_not_waited_for(engine):
+    acker = Acker(engine, runner_outage(), Outcomes(InFlightJobs(), None, None))
+    acker.start()
+    served = acker.reclaim_expired({})
+    assert served.result(timeout=10).given_back == []
+    acker.stop()
+    assert acker.join(10)
+    late = acker.reclaim_expired({})
+    assert late.cancelled()  # whoever asks gets an answer at once
