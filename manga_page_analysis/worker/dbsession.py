@@ -1,18 +1,34 @@
-"""Dedicated database connections for the runner's own threads.
+"""Dedicated database connections for the runner's own threads, and the
+runner's one retry policy for a database blip (`DbRetry`).
 
-The lease loop, the heartbeat and the acker each hold one connection for
-their whole life instead of checking one out (with a pre-ping) per job.
+The lease loop, the heartbeat, the acker and the maintenance each hold one
+connection for their whole life (`DbSession`) instead of checking one out
+(with a pre-ping) per job; the wake-up listener keeps its own. All of them
+retry through a `DbRetry` of their own, sharing one `DatabaseOutage` so that
+an outage is logged once.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    stop_before_delay,
+    stop_when_event_set,
+    wait_exponential_jitter,
+)
+from tenacity.stop import stop_base
 
 from manga_page_analysis.worker.outage import DatabaseOutage
 
@@ -20,18 +36,20 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-DB_RETRY_BASE_SECONDS = 0.05
-"""Backoff base: the first wait after the database was found unreachable is twice this."""
+DB_RETRY_INITIAL_SECONDS = 0.1
+"""The wait after the first failed try (a dropped connection is first retried at once)."""
 DB_RETRY_MAX_SECONDS = 5.0
-"""Longest wait between attempts while the database is unreachable."""
+"""Longest wait between tries while the database is unreachable."""
+DB_RETRY_JITTER_SECONDS = 0.25
+"""Up to this much is added at random to each wait (below the longest), so the
+threads and processes that lost the database together do not retry in step."""
 
 
 def runner_outage() -> DatabaseOutage:
-    """The outage log shared by one runner's threads, with the runner's one retry
-    policy (`DB_RETRY_*`). The wake-up listener reports its failures to it but not
-    its recoveries: its direct connection (`listen_url`) may work while the
-    engine's way does not."""
-    return DatabaseOutage(DB_RETRY_MAX_SECONDS, base_delay=DB_RETRY_BASE_SECONDS)
+    """The outage log shared by one runner's threads. The wake-up listener reports
+    its failures to it but not its recoveries: its direct connection
+    (`listen_url`) may work while the engine's way does not."""
+    return DatabaseOutage(DB_RETRY_MAX_SECONDS)
 
 
 def is_transient_db_error(exc: BaseException) -> bool:
@@ -68,7 +86,100 @@ def _in_one_transaction(conn: Connection, work: Callable[[Connection], T]) -> T:
 
 
 class DatabaseUnavailable(Exception):
-    """The database could not be reached; the caller should `backoff()` and retry."""
+    """The database could not be reached, and `DbRetry` stopped trying: the thread
+    is stopping, or a call's bound (`within`) was reached."""
+
+
+class DbRetry:
+    """The runner's one retry policy for a database blip, for one thread (each
+    thread has its own; the outage log is shared). Built on tenacity.
+
+    `call(attempt)` returns `attempt()`. A failure `retry_on` accepts is tried
+    again: the n-th failure in a row waits `DB_RETRY_INITIAL_SECONDS × 2^(n−1)`
+    plus up to `DB_RETRY_JITTER_SECONDS`, at most `DB_RETRY_MAX_SECONDS`, for as
+    long as it takes. The count carries over from one call to the next until a
+    try succeeds. A wait ends early once `stopping` is set; one more try is
+    made, and if it fails too, `DatabaseUnavailable` is raised.
+
+    With `within` (seconds), a caller that has other work between tries (the
+    heartbeat's deadlines, the acker's gathering) gets `DatabaseUnavailable`
+    rather than a wait that would end later than that; the wait it did not
+    make is made at the start of its next call, so a bound never makes the
+    tries more frequent. Other errors propagate at once. Each failed try is
+    reported to `outage` (logged once per outage), and with `report_recovery`
+    each success ends the outage (logged once).
+    """
+
+    def __init__(
+        self,
+        outage: DatabaseOutage,
+        stopping: threading.Event,
+        *,
+        retry_on: Callable[[BaseException], bool] = is_transient_db_error,
+        report_recovery: bool = True,
+    ) -> None:
+        self._outage = outage
+        self._stopping = stopping
+        self._retry_on = retry_on
+        self._report_recovery = report_recovery
+        self._exponential = wait_exponential_jitter(
+            multiplier=DB_RETRY_INITIAL_SECONDS,
+            max=DB_RETRY_MAX_SECONDS,
+            jitter=DB_RETRY_JITTER_SECONDS,
+        )
+        self.failures = 0
+        """Failed tries in a row (the backoff's exponent)."""
+        self._next_try = 0.0  # a `time.monotonic()`: the end of a wait a bound cut short
+        self._last_error: BaseException | None = None
+
+    def call(self, attempt: Callable[[], T], *, within: float | None = None) -> T:
+        began = time.monotonic()
+        unfinished = self._next_try - began
+        if unfinished > 0:
+            wait = unfinished if within is None else min(unfinished, within)
+            if not self._stopping.wait(wait) and wait < unfinished:
+                raise DatabaseUnavailable(short_error(self._last_error)) from self._last_error
+        stop: stop_base = stop_when_event_set(self._stopping)
+        if within is not None:
+            stop = stop | stop_before_delay(max(0.0, within - (time.monotonic() - began)))
+        retrying = Retrying(
+            sleep=self._sleep,
+            stop=stop,
+            wait=self._wait,
+            retry=retry_if_exception(self._retry_on),
+            after=self._failed,
+            retry_error_callback=self._give_up,
+        )
+        result = retrying(attempt)
+        self.failures = 0
+        self._next_try = 0.0
+        if self._report_recovery:
+            self._outage.recovered()
+        return result
+
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(seconds)  # a stop ends the wait at once
+
+    def _failed(self, state: RetryCallState) -> None:
+        self.failures += 1
+        self._last_error = _failure(state)
+        self._outage.unreachable(short_error(self._last_error))
+
+    def _wait(self, state: RetryCallState) -> float:
+        # Counted in failures in a row, not in this call's tries: a bounded
+        # caller coming back does not start the backoff over.
+        in_a_row = copy.copy(state)
+        in_a_row.attempt_number = self.failures
+        return float(self._exponential(in_a_row))
+
+    def _give_up(self, state: RetryCallState) -> NoReturn:
+        self._next_try = time.monotonic() + (state.upcoming_sleep or 0.0)
+        cause = _failure(state)
+        raise DatabaseUnavailable(short_error(cause)) from cause
+
+
+def _failure(state: RetryCallState) -> BaseException | None:
+    return state.outcome.exception() if state.outcome is not None else None
 
 
 class DbSession:
@@ -76,10 +187,10 @@ class DbSession:
 
     `run(work)` returns `work(conn)`, run in a transaction (on an autocommit
     session each statement commits on its own, unless `atomic=True`). A
-    transient error on a connection that had worked is retried at once, once,
-    on a fresh one; otherwise `run` raises `DatabaseUnavailable` and `backoff()`
-    waits (capped, ends early on `stopping`). Other errors propagate, and the
-    connection stays usable.
+    transient error is retried by the session's `DbRetry` (see there for
+    `within` and `DatabaseUnavailable`) on a fresh connection; when a
+    connection that had worked dropped, the first retry is at once. Other
+    errors propagate, and the connection stays usable.
     """
 
     def __init__(
@@ -92,41 +203,38 @@ class DbSession:
     ) -> None:
         self._engine = engine
         self._outage = outage
-        self._stopping = stopping
         self._autocommit = autocommit
         self._conn: Connection | None = None
-        self._failures = 0
-        self.delay = 0.0
-        """The wait `backoff()` would make now (0 unless the last attempt failed)."""
+        self.retry = DbRetry(outage, stopping)
 
-    def run(self, work: Callable[[Connection], T], *, atomic: bool = False) -> T:
-        retried = False
-        while True:
-            established = self._conn is not None
+    def run(
+        self, work: Callable[[Connection], T], *, atomic: bool = False, within: float | None = None
+    ) -> T:
+        if self._conn is not None:
+            # The common case, without tenacity's bookkeeping: the connection
+            # works (it did last time), one try.
             try:
-                conn = self._connection()
-                if atomic and self._autocommit:
-                    result = _in_one_transaction(conn, work)
-                else:
-                    with conn.begin():
-                        result = work(conn)
+                result = self._attempt(work, atomic)
             except SQLAlchemyError as exc:
                 if not is_transient_db_error(exc):
                     raise
-                self.close()
-                if established and not retried:
-                    retried = True  # the connection dropped under us: a fresh one, at once
-                    continue
-                self._failures += 1
-                self.delay = self._outage.failed(short_error(exc), self._failures)
-                raise DatabaseUnavailable(short_error(exc)) from exc
-            self._failures = 0
-            self.delay = 0.0
-            self._outage.recovered()
-            return result
+                logger.debug("connection dropped (%s); trying a new one at once", short_error(exc))
+            else:
+                self._outage.recovered()
+                return result
+        return self.retry.call(functools.partial(self._attempt, work, atomic), within=within)
 
-    def backoff(self) -> None:
-        self._stopping.wait(self.delay)
+    def _attempt(self, work: Callable[[Connection], T], atomic: bool) -> T:
+        try:
+            conn = self._connection()
+            if atomic and self._autocommit:
+                return _in_one_transaction(conn, work)
+            with conn.begin():
+                return work(conn)
+        except SQLAlchemyError as exc:
+            if is_transient_db_error(exc):
+                self.close()
+            raise
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

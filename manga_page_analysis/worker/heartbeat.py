@@ -1,9 +1,11 @@
 """The heartbeat: one thread per runner that keeps its leases alive and
-enforces deadlines; nothing else.
+enforces deadlines; nothing else (a job's end is the acker's to write).
 
 Every `interval` (a third of the lease) it renews ALL in-flight leases in one
 statement, fenced per row: a lease found lost abandons exactly its own job.
-A job past its deadline is abandoned and failed with the handler's timeout message.
+A job past its deadline is abandoned and failed with the handler's timeout message,
+also while the database is away: a renewal is retried (`DbRetry`) only until
+the next deadline, a beat, or a new job with a sooner deadline.
 """
 
 from __future__ import annotations
@@ -56,7 +58,9 @@ class Heartbeat(ThreadService):
             self._wake.set()
 
     def run(self) -> None:
-        session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
+        # Its retries end on `_wake` (a stop, or a job whose deadline comes
+        # sooner): deadlines are enforced while the database is away.
+        session = DbSession(self._engine, self._outage, self._wake, autocommit=True)
         next_renew = time.monotonic() + self.interval
         try:
             while not self.stopped.is_set():
@@ -68,12 +72,10 @@ class Heartbeat(ThreadService):
                     break
                 now = time.monotonic()
                 self._enforce_deadlines(now)
-                if now >= next_renew:
-                    renewed = self._renew(session)
-                    # After a failed renew, try again with the session's backoff
-                    # (sooner than a beat: the lease window is only 3 beats).
-                    retry = min(self.interval, max(session.delay, 0.05))
-                    next_renew = now + (self.interval if renewed else retry)
+                if now >= next_renew and self._renew(session):
+                    next_renew = now + self.interval
+                # Not renewed (the database is away): the next round renews
+                # again at once, after enforcing the deadlines due meanwhile.
         finally:
             session.close()
 
@@ -86,12 +88,18 @@ class Heartbeat(ThreadService):
                 self._acker.fail(job, job.handler.timeout_message, permanent=False)
 
     def _renew(self, session: DbSession) -> bool:
+        """Renew every lease held; `False` if the database stayed away until the
+        next deadline to enforce (or a beat)."""
         held = self._jobs.snapshot()
         if not held:
             return True
+        leases = [job.lease for job in held]
+        now = time.monotonic()
+        bound = max(0.0, min(self.interval, self._jobs.earliest_deadline() - now))
+        self.wake_at = now + bound  # a job watched from now on with a sooner deadline wakes it
         try:
             current = session.run(
-                lambda conn: renew_many(conn, [job.lease for job in held], self.lease_duration)
+                lambda conn: renew_many(conn, leases, self.lease_duration), within=bound
             )
         except DatabaseUnavailable:
             return False

@@ -31,9 +31,9 @@ from manga_page_analysis.db import channel_name, connect_kwargs, quote_identifie
 from manga_page_analysis.queue import WAKEUP_CHANNEL, WAKEUP_KIND_CHARS, Lease, lease_kinds
 from manga_page_analysis.worker.dbsession import (
     DatabaseUnavailable,
+    DbRetry,
     DbSession,
     is_transient_db_error,
-    short_error,
 )
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs, new_job
@@ -140,8 +140,7 @@ class LeaseLoop(ThreadService):
                         functools.partial(self._lease_and_load, kinds=kinds, limit=free)
                     )
                 except DatabaseUnavailable:
-                    session.backoff()
-                    continue
+                    continue  # retried until the runner stops: it stops
                 except _LoadsAborted as exc:
                     logger.warning(
                         "a load failed with a database error (%s); leasing again with each "
@@ -224,32 +223,44 @@ class WakeupListener(ThreadService):
         """Set while LISTEN is in effect."""
 
     def run(self) -> None:
-        failures = 0
+        # The runner's retry policy for connecting; a LISTEN connection that
+        # worked and dropped is replaced at once (its next connect is a first try).
+        retry = DbRetry(
+            self._outage,
+            self.stopped,
+            retry_on=lambda exc: isinstance(exc, psycopg.Error),
+            # This direct connection working says nothing of the engine's way
+            # (PgBouncer, say), and ending the outage here while the others
+            # still fail would log it twice.
+            report_recovery=False,
+        )
         while not self.stopped.is_set():
-            established = False
             try:
-                with psycopg.connect(**{**self._connect_kwargs, "autocommit": True}) as conn:
-                    self.connections += 1
-                    conn.execute(self._listen_statement)
+                conn = retry.call(self._connect)
+            except DatabaseUnavailable:
+                return  # stopping
+            try:
+                with conn:
                     self.listening.set()
-                    established = True
                     if self.connections > 1:
                         self._on_wake()  # notifications may have been missed meanwhile
-                    # No `recovered()`: this direct connection working says nothing
-                    # of the engine's way (PgBouncer, say), and ending the outage
-                    # here while the others still fail would log it twice.
-                    failures = 0
                     self._listen(conn)
                     return
             except psycopg.Error as exc:
                 self.listening.clear()
                 if self.stopped.is_set():
                     return
-                if established:
-                    logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
-                    continue
-                failures += 1
-                self.stopped.wait(self._outage.failed(short_error(exc), failures))
+                logger.info("wake-up listener lost its connection (%s); reconnecting", exc)
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        conn = psycopg.connect(**{**self._connect_kwargs, "autocommit": True})
+        try:
+            conn.execute(self._listen_statement)
+        except BaseException:
+            conn.close()
+            raise
+        self.connections += 1
+        return conn
 
     def _listen(self, conn: psycopg.Connection[Any]) -> None:
         kinds = self._kinds

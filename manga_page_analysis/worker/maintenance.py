@@ -7,6 +7,10 @@ Every runner starts a `Maintainer`; each tries to take or renew the
 that holds it does the work right after each successful renewal (so it never
 works on a lapsed lease) and gives the row up when it stops; a leader that
 dies without resigning is replaced once its lease has run out.
+
+The maintainer decides when to reclaim; the acker, the one writer of job
+ends, writes the reclaim (`Acker.reclaim_expired`), and the maintainer
+waits for it at most until its next renewal is due.
 """
 
 from __future__ import annotations
@@ -14,21 +18,21 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from concurrent.futures import CancelledError, Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
-from typing import Any
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
-from manga_page_analysis.queue import Lease, reap_done, reclaim_expired
+from manga_page_analysis.queue import Reclaim, reap_done
 from manga_page_analysis.queue.leader import MAINTENANCE, elect, resign
+from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession, short_error
-from manga_page_analysis.worker.handler import AnyHandler, JobContext
+from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.outage import DatabaseOutage
-from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)
@@ -48,7 +52,7 @@ class Maintainer(ThreadService):
         self,
         engine: Engine,
         handlers: Mapping[str, AnyHandler],
-        outcomes: Outcomes,
+        acker: Acker,
         outage: DatabaseOutage,
         *,
         leader_lease: timedelta,
@@ -61,7 +65,7 @@ class Maintainer(ThreadService):
         super().__init__(name)
         self._engine = engine
         self._handlers = handlers
-        self._outcomes = outcomes
+        self._acker = acker
         self._outage = outage
         self.leader_lease = leader_lease
         self.reclaim_interval = reclaim_interval
@@ -74,39 +78,47 @@ class Maintainer(ThreadService):
         """Reclaim rounds run while leading (tests synchronise on it)."""
         self._session: DbSession | None = None
         self._next_reclaim = 0.0
+        self._reclaim_asked: Future[Reclaim] | None = None
 
     def _db(self) -> DbSession:
         if self._session is None:
             self._session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
         return self._session
 
+    @property
+    def _renew_every(self) -> float:
+        return self.leader_lease.total_seconds() / 3
+
     def first_round(self) -> None:
-        """One election, and a reclaim if it won, on the caller's thread (before
-        `start()`: the session then passes to the service's thread)."""
+        """One election (one try), and a reclaim if it won, on the caller's thread
+        before `start()` (the session then passes to the service's thread). The
+        acker must be running: it writes the reclaim."""
         session = self._db()
-        self._set_leading(self._elect(session))
+        self._set_leading(self._elect(session, within=0.0))
         if self.leading:
-            self._reclaim(session)
+            self._reclaim()
             self._next_reclaim = time.monotonic() + self.reclaim_interval
 
     def run(self) -> None:
         session = self._db()
-        renew_every = self.leader_lease.total_seconds() / 3
+        renew_every = self._renew_every
         next_reclaim, next_reap = self._next_reclaim, 0.0
         try:
             while not self.stopped.is_set():
-                self._set_leading(self._elect(session))
+                round_began = time.monotonic()
+                self._set_leading(self._elect(session, within=renew_every))
                 now = time.monotonic()
                 if not self.leading:
                     next_reclaim = next_reap = 0.0  # a new term starts with both
                 else:
                     if now >= next_reclaim:
-                        self._reclaim(session)
+                        self._reclaim()
                         next_reclaim = now + self.reclaim_interval
                     if self.reap_retention_days and now >= next_reap:
                         self._reap(session)
                         next_reap = now + self.reap_interval
-                wake_at = now + renew_every
+                # An election that retried until now is this round's renewal.
+                wake_at = round_began + renew_every
                 if self.leading:
                     wake_at = min(wake_at, next_reclaim)
                 self._wake.wait(max(0.0, wake_at - time.monotonic()))
@@ -129,10 +141,11 @@ class Maintainer(ThreadService):
         except Exception:
             logger.exception("could not report the change of leader")
 
-    def _elect(self, session: DbSession) -> bool:
+    def _elect(self, session: DbSession, *, within: float) -> bool:
         try:
             return session.run(
-                lambda conn: elect(conn, MAINTENANCE, self.leader_id, self.leader_lease)
+                lambda conn: elect(conn, MAINTENANCE, self.leader_id, self.leader_lease),
+                within=within,
             )
         except DatabaseUnavailable:
             # Not renewed: another runner may take over once the lease lapses,
@@ -141,7 +154,7 @@ class Maintainer(ThreadService):
 
     def _resign(self, session: DbSession) -> None:
         try:
-            session.run(lambda conn: resign(conn, MAINTENANCE, self.leader_id))
+            session.run(lambda conn: resign(conn, MAINTENANCE, self.leader_id), within=0.0)
         except Exception as exc:
             logger.warning(
                 "could not resign the maintenance lead (%s); another runner takes over "
@@ -150,55 +163,36 @@ class Maintainer(ThreadService):
             )
         self._set_leading(False)
 
-    def _reclaim(self, session: DbSession) -> None:
-        """Reclaim expired leases in one transaction. `reclaim_expired` dead-letters a
-        job reclaimed `RECLAIM_LIMIT` times in a row; the queue knows no job kind,
-        so its handler's `save_failure` is written here, in the same transaction
-        (when the kind is this runner's), and the job is reported like a last
-        attempt once that committed."""
+    def _request_stop(self) -> None:
+        super()._request_stop()
+        asked = self._reclaim_asked
+        if asked is not None:
+            asked.cancel()  # a reclaim not begun yet is not waited for
+
+    def _reclaim(self) -> None:
+        """Have the acker reclaim expired leases, and wait for it until the next
+        renewal is due, the acker stops, or this service does; the acker reports
+        what it dead-letters."""
+        self._reclaim_asked = asked = self._acker.reclaim_expired(self._handlers)
+        if self.stopped.is_set():
+            asked.cancel()
         try:
-            reclaim, breadcrumbs = session.run(self._reclaim_and_record, atomic=True)
+            asked.result(timeout=self._renew_every)
+        except (CancelledError, FutureTimeout):
+            asked.cancel()  # not begun: the next round asks again
+            if not self.stopped.is_set():
+                logger.warning("expired leases not reclaimed: the job-end writer did not get to it")
+            return
         except Exception as exc:
             logger.warning("could not reclaim expired leases: %s", short_error(exc))
             return
         self.reclaims += 1
-        for lease, breadcrumb in zip(reclaim.dead_lettered, breadcrumbs, strict=True):
-            self._outcomes.crash_loop(lease, breadcrumb, reclaim.error)
-
-    def _reclaim_and_record(self, conn: Connection) -> tuple[Any, list[Mapping[str, Any] | None]]:
-        reclaim = reclaim_expired(conn)
-        breadcrumbs = [
-            self._record_crash_loop(conn, lease, reclaim.error) for lease in reclaim.dead_lettered
-        ]
-        return reclaim, breadcrumbs
-
-    def _record_crash_loop(
-        self, conn: Connection, lease: Lease, error: str
-    ) -> Mapping[str, Any] | None:
-        """The job's breadcrumb, or `None` when its handler is not this runner's,
-        had nothing to record, or failed to."""
-        handler = self._handlers.get(lease.payload.kind)
-        if handler is None:
-            return None  # another runner's kind: the dead row is the whole record
-        label = f"job {lease.id}"
-        try:
-            # A savepoint: a handler that cannot record this must not undo the reclaim.
-            with conn.begin_nested():
-                item = handler.load(conn, lease)
-                if item is None:
-                    return None
-                now = time.monotonic()
-                handler.save_failure(
-                    conn, item, error, JobContext(lease, now, threading.Event(), now, label)
-                )
-            return handler.breadcrumb(item)
-        except Exception:
-            logger.exception("%s: could not record its crash-loop failure", label)
-            return None
 
     def _reap(self, session: DbSession) -> None:
         try:
-            reaped = session.run(lambda conn: reap_done(conn, self.reap_retention_days))
+            reaped = session.run(
+                lambda conn: reap_done(conn, self.reap_retention_days), within=self._renew_every
+            )
         except Exception as exc:
             logger.warning("could not reap done jobs: %s", short_error(exc))
             return

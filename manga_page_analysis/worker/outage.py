@@ -13,7 +13,9 @@ logger = logging.getLogger(__name__)
 class DatabaseOutage:
     """Shared by a runner's threads (thread-safe). `failed` reports a failed
     database call and returns how long that thread should wait (exponential per
-    thread, capped at `max_delay`); `recovered` reports a call that worked."""
+    thread, capped at `max_delay`); `unreachable` reports one without choosing
+    the wait (the runner's threads wait as `dbsession`'s `DbRetry` says);
+    `recovered` reports a call that worked."""
 
     def __init__(
         self, max_delay: float, *, base_delay: float = 0.5, activity: str = "leasing"
@@ -27,19 +29,24 @@ class DatabaseOutage:
     def failed(self, error: str, failures_in_a_row: int) -> float:
         exponent = min(max(failures_in_a_row, 1), 10)
         delay = min(self.max_delay, self.base_delay * 2.0**exponent)
-        with self._lock:
-            if self._down_since is None:
-                self._down_since = time.monotonic()
-                logger.warning(
-                    "database unreachable (%s); %s paused, retrying with backoff "
-                    "(at most %.0f s apart) until it is back",
-                    error,
-                    self.activity,
-                    self.max_delay,
-                )
-            else:
-                logger.debug("database still unreachable (%s); next try in %.1f s", error, delay)
+        self.unreachable(error)
         return delay
+
+    def unreachable(self, error: str) -> None:
+        """A database call failed: the first report of an outage is logged, the
+        others only at debug level."""
+        with self._lock:
+            if self._down_since is not None:
+                logger.debug("database still unreachable (%s)", error)
+                return
+            self._down_since = time.monotonic()
+        logger.warning(
+            "database unreachable (%s); %s paused, retrying with backoff "
+            "(at most %.0f s apart) until it is back",
+            error,
+            self.activity,
+            self.max_delay,
+        )
 
     def recovered(self) -> None:
         if self._down_since is None:  # the common case: no lock taken

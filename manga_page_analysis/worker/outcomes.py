@@ -133,7 +133,8 @@ class Outcomes:
             self.notify_observer("lease_lost", job.lease.payload.kind)
 
     def crash_loop(self, lease: Lease, breadcrumb: Mapping[str, Any] | None, error: str) -> None:
-        """Dead-lettered by the maintenance after crashing its workers again and again."""
+        """Dead-lettered by the crash-loop rule (the acker wrote it, at the
+        maintenance leader's request) after crashing its workers again and again."""
         self.notify_observer("job_finished", lease.payload.kind, "dead", 0.0)
         details = {
             "attempt": lease.attempts,

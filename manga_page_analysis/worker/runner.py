@@ -113,7 +113,7 @@ class Runner:
         self.maintainer = Maintainer(
             engine,
             self._handlers,
-            self._outcomes,
+            self.acker,
             outage,
             leader_lease=leader_lease,
             reclaim_interval=reclaim_interval,
@@ -153,9 +153,9 @@ class Runner:
             name=name,
         )
         self._services: list[Service] = [
+            self.acker,
             *([self.maintainer] if maintenance else []),
             *([self.listener] if listen else []),
-            self.acker,
             self._pool,
             self._heartbeat,
             self._lease_loop,
@@ -165,17 +165,18 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Try to become the maintenance leader (and, leading, reclaim expired
-        leases) once, then start the services in order. Does nothing once
-        `stop()` was called."""
+        """Start the services in order; before the maintenance service, once the
+        acker (which writes the reclaim) runs, try once to become the maintenance
+        leader and, leading, reclaim expired leases. Does nothing once `stop()`
+        was called."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
-            if self.maintainer in self._services:
-                # Before the first lease: a restarted lone worker takes back (and
-                # counts, for the crash-loop rule) what its predecessor held.
-                self.maintainer.first_round()
             for service in self._services:
+                if service is self.maintainer:
+                    # Before the first lease: a restarted lone worker takes back (and
+                    # counts, for the crash-loop rule) what its predecessor held.
+                    self.maintainer.first_round()
                 service.start()
 
     def stop_now(self) -> None:

@@ -3,9 +3,12 @@ dead-lettered at its third reclaim, while one ordinary restart costs nothing."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
-from sqlalchemy import text
+from sqlalchemy import Connection, text
 
 from manga_page_analysis.queue import (
     CRASH_LOOP_ERROR,
@@ -13,6 +16,7 @@ from manga_page_analysis.queue import (
     KIND_SYNC_MANGA,
     RECLAIM_LIMIT,
     AnalyzePage,
+    Lease,
     SyncManga,
     ack_failed,
     enqueue,
@@ -20,6 +24,12 @@ from manga_page_analysis.queue import (
     reclaim_expired,
     reclaim_orphaned,
 )
+from manga_page_analysis.worker import JobContext, NoopHandler, Runner
+from manga_page_analysis.worker.acker import Acker
+from manga_page_analysis.worker.dbsession import runner_outage
+from manga_page_analysis.worker.events import EventBus, JobEvent
+from manga_page_analysis.worker.inflight import InFlightJobs
+from manga_page_analysis.worker.outcomes import Outcomes
 from tests.helpers import expire_lease, job_row
 from tests.worker_support import png_bytes
 
@@ -144,3 +154,65 @@ def test_a_crash_loop_of_a_page_already_analysed_keeps_the_good_row(harness, vis
     assert analysis.status == "done" and analysis.error == CRASH_LOOP_ERROR
     assert harness.job(forced).state == "dead"
     assert len(vision_server.requests) == 1  # the crash-looping run never reached the model
+
+
+class RecordingFailures(NoopHandler):
+    """Records, from inside its `save_failure`, the thread and the transaction."""
+
+    def __init__(self) -> None:
+        super().__init__(KIND_SYNC_MANGA)
+        self.recorded: list[tuple[str, int, str]] = []
+
+    def breadcrumb(self, item: Lease) -> Mapping[str, Any] | None:
+        return {"key": item.payload.source_manga_key}  # type: ignore[union-attr]
+
+    def save_failure(self, conn: Connection, item: Lease, error: str, ctx: JobContext) -> None:
+        txid = conn.execute(text("SELECT txid_current()")).scalar_one()
+        self.recorded.append((threading.current_thread().name, int(txid), error))
+
+
+def test_the_crash_loop_end_is_written_by_the_acker_in_one_transaction_with_its_record(engine):
+    """Every job end has one writer: the crash-loop dead-lettering (asked for by the
+    maintenance leader before the first lease) runs on the acker's thread, the
+    dead row and the handler's record in one transaction, and is reported after."""
+    with engine.begin() as conn:
+        job_id = enqueue(conn, SyncManga(source_id="s", source_manga_key="segfault"))
+        conn.execute(
+            text("UPDATE crawler_jobs SET reclaim_count = :n WHERE id = :id"),
+            {"n": RECLAIM_LIMIT - 1, "id": job_id},
+        )
+    _crash(engine)
+    handler = RecordingFailures()
+    events: list[JobEvent] = []
+    bus = EventBus()
+    bus.subscribe(events.append)
+    runner = Runner(engine, [handler], workers=1, name="looping", events=bus, listen=False)
+    runner.start()  # the first round's reclaim is done when start() returns
+    try:
+        assert runner.maintainer.reclaims == 1
+        ((thread, txid, error),) = handler.recorded
+        with engine.connect() as conn:
+            row = job_row(conn, job_id)
+            dead_row_txid = conn.execute(
+                text("SELECT xmin::text::bigint FROM crawler_jobs WHERE id = :id"), {"id": job_id}
+            ).scalar_one()
+    finally:
+        runner.stop()
+        assert runner.join(10)
+    assert thread == "looping-acker"
+    assert (row.state, row.last_error, error) == ("dead", CRASH_LOOP_ERROR, CRASH_LOOP_ERROR)
+    assert txid % 2**32 == dead_row_txid  # the row's dead state and the record: one commit
+    (failed,) = [event for event in events if event.job_id == job_id]
+    assert failed.type == "failed" and failed.details["will_retry"] is False
+    assert failed.breadcrumb == {"key": "segfault"}
+
+
+def test_a_reclaim_asked_of_a_stopped_writer_is_cancelled_not_waited_for(engine):
+    acker = Acker(engine, runner_outage(), Outcomes(InFlightJobs(), None, None))
+    acker.start()
+    served = acker.reclaim_expired({})
+    assert served.result(timeout=10).given_back == []
+    acker.stop()
+    assert acker.join(10)
+    late = acker.reclaim_expired({})
+    assert late.cancelled()  # whoever asks gets an answer at once
