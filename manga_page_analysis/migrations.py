@@ -65,15 +65,25 @@ def version_table_schema(schema: str) -> str | None:
 
 def prepare_schema(connection: Connection, schema: str) -> None:
     """In the migrations' transaction: outside `public`, create `schema` if missing
-    and make it the transaction's `search_path`; then `SchemaConflict` if a table
-    the migrations would create exists there without an alembic version of ours."""
+    and make it the transaction's `search_path`; then `SchemaConflict` if the
+    version table there holds another project's revision, or if a table the
+    migrations would create exists there without an alembic version of ours."""
     if schema != DEFAULT_SCHEMA:
         connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(schema)}")
         connection.execute(
             text("SELECT set_config('search_path', :path, true)"),
             {"path": quote_identifier(schema)},
         )
-    if _revision_on(connection, schema) is not None:
+    revision = _revision_on(connection, schema)
+    if revision is not None:
+        if revision not in _our_revisions():
+            raise SchemaConflict(
+                f'the alembic version table "{VERSION_TABLE}" in schema "{schema}" holds '
+                f'revision "{revision}", which is not one of this package\'s migrations '
+                "(another alembic project, such as a host's Flask-Migrate, keeps its "
+                "version there); set DATABASE_SCHEMA to a schema of its own, e.g. "
+                "DATABASE_SCHEMA=page_analysis"
+            )
         return
     existing = connection.execute(
         text(
@@ -88,6 +98,10 @@ def prepare_schema(connection: Connection, schema: str) -> None:
             "package's (no migration of ours was applied there); set DATABASE_SCHEMA "
             "to a schema of its own, e.g. DATABASE_SCHEMA=page_analysis"
         )
+
+
+def _our_revisions() -> set[str]:
+    return {script.revision for script in ScriptDirectory(str(script_location())).walk_revisions()}
 
 
 def _revision_on(connection: Connection, schema: str) -> str | None:

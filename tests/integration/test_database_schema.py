@@ -102,6 +102,47 @@ def test_migrate_refuses_a_host_table_in_its_way_with_one_line(
         engine.dispose()
 
 
+def test_a_hosts_own_alembic_version_is_refused_in_one_line_and_left_alone(
+    empty_database_url: str, tmp_path: Path
+) -> None:
+    """A Flask-Migrate host keeps its revision in `public.alembic_version`: our
+    `migrate` must not take that table for its own (nor write to it), and says
+    what to do; in a schema of its own, both projects keep their versions."""
+    host_revision = "ae1027a6acf"
+    engine = create_engine(empty_database_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(
+                text("CREATE TABLE public.alembic_version (version_num varchar(32) PRIMARY KEY)")
+            )
+            conn.execute(
+                text("INSERT INTO public.alembic_version VALUES (:rev)"), {"rev": host_revision}
+            )
+
+        def host_versions() -> list[str]:
+            with engine.connect() as conn:
+                return list(conn.execute(text("SELECT * FROM public.alembic_version")).scalars())
+
+        refused = run_cli("migrate", env=_env(empty_database_url), cwd=tmp_path)
+        assert refused.returncode == 1
+        lines = [line for line in refused.stderr.splitlines() if "migrate failed" in line]
+        assert len(lines) == 1, refused.stderr
+        assert f'holds revision "{host_revision}"' in lines[0]
+        assert "DATABASE_SCHEMA" in lines[0] and "Traceback" not in refused.stderr
+        assert _tables(engine, "public") == {"alembic_version"}
+        assert host_versions() == [host_revision]
+
+        env = _env(empty_database_url, DATABASE_SCHEMA=SCHEMA)
+        migrated = run_cli("migrate", env=env, cwd=tmp_path)
+        assert migrated.returncode == 0, migrated.stderr
+        assert host_versions() == [host_revision]
+        with engine.connect() as conn:
+            ours = conn.execute(text(f"SELECT version_num FROM {SCHEMA}.alembic_version"))
+            assert list(ours.scalars()) == [head_revision()]
+    finally:
+        engine.dispose()
+
+
 def test_migrate_puts_every_object_in_the_schema_and_the_models_agree(
     host_database: str, tmp_path: Path
 ) -> None:
