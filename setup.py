@@ -17,7 +17,7 @@ from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
 
-class FreshBuildPy(build_py):
+class FreshBuildPy(build_py):  # type: ignore[misc]  # setuptools is untyped
     """`build_py` into an emptied `build_lib` (this package has no extension modules)."""
 
     def run(self) -> None:
