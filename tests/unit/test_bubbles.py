@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.bubbles import in_bubbles, uncovered_bubbles
+from manga_page_analysis.analysis.bubbles import empty_bubbles, in_bubbles, uncovered_bubbles
 from manga_page_analysis.analysis.layout import TextLine, reading_order
 
 
@@ -48,3 +48,24 @@ def test_a_balloon_with_a_column_no_line_covers_is_read_again():
     missed = TextLine(258, 116, 294, 384, "だよな")
     assert uncovered_bubbles([read], grey) == [(154, 104, 346, 396)]
     assert uncovered_bubbles([read, missed], grey) == []
+
+
+def test_a_balloon_with_lettering_but_no_line_is_read_again():
+    grey = page_with_a_balloon()
+    grey[520:660, 200:300] = 20  # a second, smaller balloon's outline
+    grey[524:656, 204:296] = 250  # its paper
+    for top in range(540, 640, 30):  # lettering the detection missed: a column of glyphs
+        grey[top : top + 24, 240:264] = 30
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    assert empty_bubbles([read], grey) == [(204, 524, 296, 656)]
+    assert empty_bubbles([], grey) == []  # nothing read: nothing to measure lettering by
+
+
+def test_a_blank_balloon_and_a_patch_of_hatched_art_are_not_read_again():
+    grey = page_with_a_balloon()
+    grey[520:660, 200:300] = 20
+    grey[524:656, 204:296] = 250  # a balloon with nothing in it
+    grey[540:700, 380:480] = 250  # a patch of paper, hatched: art
+    grey[544:696:2, 384:476] = 20
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    assert empty_bubbles([read], grey) == []
