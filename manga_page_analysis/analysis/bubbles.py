@@ -95,6 +95,8 @@ def uncovered_bubbles(
     found = []
     for label in sorted({line.bubble for line in placed if line.bubble is not None}):
         x, y, w, h = stats[label, :4].tolist()
+        if w * h > BUBBLE_MAX_AREA * grey.size:
+            continue  # paper winding round the art (gutters, sky): read once is enough
         patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
         contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         filled = np.zeros_like(patch)
@@ -138,6 +140,7 @@ def empty_bubbles(
             or area < EMPTY_MIN_AREA * thickness**2
             or area > EMPTY_MAX_AREA * grey.size
             or min(w, h) < 2 * thickness
+            or w * h > BUBBLE_MAX_AREA * grey.size
         ):
             continue
         patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)

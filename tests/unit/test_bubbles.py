@@ -69,3 +69,15 @@ def test_a_blank_balloon_and_a_patch_of_hatched_art_are_not_read_again():
     grey[544:696:2, 384:476] = 20
     read = TextLine(296, 116, 334, 384, "まあドンマイ")
     assert empty_bubbles([read], grey) == []
+
+
+def test_paper_winding_round_the_art_is_not_read_again():
+    """A ring of paper round a block of art (gutters round a panel): its pixels are few, so a
+    line in it is in a balloon, but its box is most of the page: not read again."""
+    grey = np.full((800, 500), 120, dtype=np.uint8)
+    grey[40:760, 40:460] = 250
+    grey[75:725, 75:425] = 120  # the art the paper winds round
+    grey[45:70, 100:300] = 30  # a line of text in the ring
+    line = TextLine(96, 42, 304, 72, "おしらせ")
+    assert in_bubbles([line], grey)[0].bubble is not None
+    assert uncovered_bubbles([line], grey) == []
