@@ -1,5 +1,6 @@
-"""The second look at a small image adds only boxes the first look missed, and a doubtful
-line read again keeps only a reading that restores voiced marks (no engine)."""
+"""The second look at a small image adds only boxes the first look missed, a doubtful line
+read again keeps only a reading that restores voiced marks, and two columns read as one box
+are read apart (no engine: a recogniser that answers by the crop's size)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 from manga_page_analysis.analysis.ocr_pipeline import (
     _new,
     _read_voicing_again,
+    _split_merged_columns,
     differs_in_voicing_only,
 )
 
@@ -89,3 +91,42 @@ def test_a_confident_line_is_not_read_again():
     recogniser = Recogniser({})
     assert _read_voicing_again(recogniser, [crop(40)], ["どんな"], [0.99]) == (["どんな"], [0.99])
     assert recogniser.heights == []
+
+
+def two_columns_read_as_one() -> tuple[np.ndarray, list[np.ndarray]]:
+    """A white image with three columns of ink 30 px thick and, at x 40-100, two columns
+    set so close (a 6 px gap at x 68-74) that the detector gave them one box."""
+    source = np.full((300, 400, 3), 255, dtype=np.uint8)
+    for x0, x1 in ((42, 68), (74, 98), (200, 230), (260, 290), (320, 350)):
+        source[20:280:12, x0:x1] = 0  # rows of glyph strokes
+    boxes = [quad(40, 20, 100, 280), quad(200, 20, 230, 280), quad(260, 20, 290, 280)]
+    return source, [*boxes, quad(320, 20, 350, 280)]
+
+
+def test_a_column_box_as_thick_as_two_read_badly_is_read_as_two_columns():
+    source, boxes = two_columns_read_as_one()
+    # The halves' crops are laid horizontal: their height is the half's thickness.
+    recogniser = Recogniser({32: ("しくじったな…", 0.89), 28: ("早い内に布団を", 0.87)})
+    texts, scores = ["", "あ", "い", "う"], [0.0, 0.99, 0.99, 0.99]
+    split_boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    assert texts == ["しくじったな…", "早い内に布団を", "あ", "い", "う"]  # right half first
+    assert scores[:2] == [0.89, 0.87]
+    assert [float(box[:, 0].min()) for box in split_boxes[:2]] == [68.0, 40.0]  # cut in the gap
+
+
+def test_a_half_read_as_nothing_is_dropped_and_the_other_kept():
+    source, boxes = two_columns_read_as_one()
+    recogniser = Recogniser({32: ("", 0.0), 28: ("いろいろ悩んでた", 0.83)})
+    texts = ["さるいる道", "あ", "い", "う"]
+    _, texts, _ = _split_merged_columns(recogniser, source, boxes, texts, [0.59, 1, 1, 1])
+    assert texts == ["いろいろ悩んでた", "あ", "い", "う"]
+
+
+def test_a_thick_column_read_well_or_halves_read_worse_stay_whole():
+    source, boxes = two_columns_read_as_one()
+    confident = Recogniser({})
+    texts = ["見出し", "あ", "い", "う"]
+    assert _split_merged_columns(confident, source, boxes, texts, [0.95, 1, 1, 1])[1] == texts
+    assert confident.heights == []  # not read again
+    worse = Recogniser({32: ("ど１る", 0.5), 28: ("コレ", 0.34)})
+    assert _split_merged_columns(worse, source, boxes, texts, [0.78, 1, 1, 1])[1] == texts
