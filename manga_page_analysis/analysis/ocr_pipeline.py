@@ -203,13 +203,18 @@ def _is_column(box: NDArray[np.float32]) -> bool:
 def _read_voicing_again(
     recogniser: Any, crops: list[NDArray[np.uint8]], texts: list[str], scores: list[float]
 ) -> tuple[list[str], list[float]]:
-    """`texts` and `scores`, where a doubtful line (under `VOICING_REREAD_BELOW`) read again
-    with paper added across it (`VOICING_REREAD_PAD`) differs only in voiced marks and is
-    read more confidently, with that reading. Each crop is a line laid horizontal."""
+    """`texts` and `scores`, where a doubtful line (under `VOICING_REREAD_BELOW`, but kept:
+    `MIN_TEXT_SCORE` or more) holding kana that take voiced marks, read again with paper
+    added across it (`VOICING_REREAD_PAD`), differs only in voiced marks and is read more
+    confidently, with that reading. Each crop is a line laid horizontal."""
     import cv2
     from rapidocr.ch_ppocr_rec import TextRecInput
 
-    doubtful = [index for index, score in enumerate(scores) if score < VOICING_REREAD_BELOW]
+    doubtful = [
+        index
+        for index, score in enumerate(scores)
+        if MIN_TEXT_SCORE <= score < VOICING_REREAD_BELOW and _may_be_voiced(texts[index])
+    ]
     if not doubtful:
         return texts, scores
     padded = []
@@ -231,6 +236,16 @@ def differs_in_voicing_only(first: str, second: str) -> bool:
     if first == second or len(first) != len(second):
         return False
     return all(_unvoiced(a) == _unvoiced(b) for a, b in zip(first, second, strict=True))
+
+
+def _may_be_voiced(text: str) -> bool:
+    """True when `text` holds a kana that takes a voiced mark (か, が, は, ぱ...): a line of
+    kanji, Latin or punctuation alone has none to lose."""
+    return any(
+        len(unicodedata.normalize("NFC", _unvoiced(char) + mark)) == 1
+        for char in text
+        for mark in VOICING_MARKS
+    )
 
 
 def _unvoiced(char: str) -> str:

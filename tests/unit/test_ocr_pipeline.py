@@ -130,3 +130,16 @@ def test_a_thick_column_read_well_or_halves_read_worse_stay_whole():
     assert confident.heights == []  # not read again
     worse = Recogniser({32: ("ど１る", 0.5), 28: ("コレ", 0.34)})
     assert _split_merged_columns(worse, source, boxes, texts, [0.78, 1, 1, 1])[1] == texts
+
+
+def test_a_doubtful_line_without_kana_that_take_voiced_marks_is_not_read_again():
+    recogniser = Recogniser({})
+    texts = ["東京駅", "OK!", "ーっ…", "ノノミ"]
+    assert _read_voicing_again(recogniser, [crop(40)] * 4, texts, [0.7] * 4)[0] == texts
+    assert recogniser.heights == []
+
+
+def test_a_line_too_doubtful_to_be_kept_is_not_read_again():
+    recogniser = Recogniser({})
+    assert _read_voicing_again(recogniser, [crop(40)], ["とんな"], [0.2]) == (["とんな"], [0.2])
+    assert recogniser.heights == []
