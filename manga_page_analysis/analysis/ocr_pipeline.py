@@ -46,7 +46,7 @@ NEW_BOX_MAX_COVERED: Final = 0.3
 no first-look box lies in it by more than `NEW_BOX_MAX_HOLDS` of its own area."""
 NEW_BOX_MAX_HOLDS: Final = 0.5
 """See `NEW_BOX_MAX_COVERED`."""
-VOICING_REREAD_BELOW: Final = 0.95
+VOICING_REREAD_BELOW: Final = 0.9
 """A line read with less confidence is read a second time, with paper added across it: the
 recogniser loses voiced marks (ご→こ, ボ→ポ), and a glyph set smaller in its frame keeps
 them more often. Only a reading that differs in voiced marks alone is taken (docs/ocr.md)."""
