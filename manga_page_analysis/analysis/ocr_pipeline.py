@@ -11,7 +11,6 @@ than its `__call__`, which has no per-call scale (why threads may share them: `m
 from __future__ import annotations
 
 import statistics
-import unicodedata
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -20,6 +19,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
 from manga_page_analysis.analysis.layout import VERTICAL_RATIO, TextLine
+from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
 
 PAD_SHARE: Final = 0.05
 """Paper added around the image before detection, as a share of its short side."""
@@ -52,8 +52,6 @@ recogniser loses voiced marks (ご→こ, ボ→ポ), and a glyph set smaller in
 them more often. Only a reading that differs in voiced marks alone is taken (docs/ocr.md)."""
 VOICING_REREAD_PAD: Final = 0.1
 """The paper added on each side across the line, as a share of its thickness."""
-VOICING_MARKS: Final = ("\u3099", "\u309a")
-"""Combining dakuten and handakuten (NFD): ご is こ + U+3099, ぱ is は + U+309A."""
 MERGED_COLUMN_RATIO: Final = 1.3
 """A column box at least this many times as thick as the image's median column, ..."""
 MERGED_COLUMN_BELOW: Final = 0.8
@@ -213,7 +211,7 @@ def _read_voicing_again(
     doubtful = [
         index
         for index, score in enumerate(scores)
-        if MIN_TEXT_SCORE <= score < VOICING_REREAD_BELOW and _may_be_voiced(texts[index])
+        if MIN_TEXT_SCORE <= score < VOICING_REREAD_BELOW and may_be_voiced(texts[index])
     ]
     if not doubtful:
         return texts, scores
@@ -228,28 +226,6 @@ def _read_voicing_again(
         if score > scores[index] and differs_in_voicing_only(texts[index], text):
             texts[index], scores[index] = text, float(score)
     return texts, scores
-
-
-def differs_in_voicing_only(first: str, second: str) -> bool:
-    """True when the two readings differ, character for character, only in voiced marks
-    (dakuten, handakuten): こんな and ごんな, ズポン and ズボン."""
-    if first == second or len(first) != len(second):
-        return False
-    return all(_unvoiced(a) == _unvoiced(b) for a, b in zip(first, second, strict=True))
-
-
-def _may_be_voiced(text: str) -> bool:
-    """True when `text` holds a kana that takes a voiced mark (か, が, は, ぱ...): a line of
-    kanji, Latin or punctuation alone has none to lose."""
-    return any(
-        len(unicodedata.normalize("NFC", _unvoiced(char) + mark)) == 1
-        for char in text
-        for mark in VOICING_MARKS
-    )
-
-
-def _unvoiced(char: str) -> str:
-    return "".join(mark for mark in unicodedata.normalize("NFD", char) if mark not in VOICING_MARKS)
 
 
 def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArray[np.float32]]:

@@ -13,7 +13,6 @@ from manga_page_analysis.analysis.ocr_pipeline import (
     _new,
     _read_voicing_again,
     _split_merged_columns,
-    differs_in_voicing_only,
 )
 
 
@@ -37,14 +36,6 @@ def test_a_box_found_again_is_not_added_twice():
 def test_a_box_elsewhere_is_new():
     assert _new(quad(10, 10, 40, 200), [quad(100, 10, 130, 200)])
     assert _new(quad(10, 10, 40, 200), [])
-
-
-def test_readings_that_differ_only_in_voiced_marks():
-    assert differs_in_voicing_only("とんな練習", "どんな練習")
-    assert differs_in_voicing_only("ズポンの", "ズボンの")
-    assert not differs_in_voicing_only("どんな", "どんな")  # the same reading
-    assert not differs_in_voicing_only("朝練で", "朝練て!")  # another length
-    assert not differs_in_voicing_only("父しぶり", "久しぶり")  # another character
 
 
 @dataclass
