@@ -30,6 +30,16 @@ again on its own (a column the page-wide detection missed)."""
 COVER_PAD: Final = 0.3
 """A line covers the ink within this many of its thicknesses around its box (voiced marks,
 ruby, punctuation beside it)."""
+EMPTY_MIN_AREA: Final = 4.0
+"""A balloon holding no line is at least this many squares of the page's median line
+thickness (two characters with a margin round them)."""
+EMPTY_MAX_AREA: Final = 0.05
+"""... and at most this share of the page (a larger patch of paper is a panel's sky)."""
+EMPTY_MIN_PAPER: Final = 0.6
+"""... and at least this share of the area within its outline is paper (a balloon is; the
+gaps between strokes of art are mostly holes)."""
+EMPTY_INK: Final = (0.03, 0.35)
+"""... and this share of it ink: lettering, not a blank balloon or a patch of art."""
 INSIDE_BUBBLE: Final = 0.6
 """A line whose own patch is no balloon (its glyphs cut the paper around it, or it touches
 the outline) is in a balloon when this share of its box lies in the balloon's box."""
@@ -85,6 +95,8 @@ def uncovered_bubbles(
     found = []
     for label in sorted({line.bubble for line in placed if line.bubble is not None}):
         x, y, w, h = stats[label, :4].tolist()
+        if w * h > BUBBLE_MAX_AREA * grey.size:
+            continue  # paper winding round the art (gutters, sky): read once is enough
         patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
         contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
         filled = np.zeros_like(patch)
@@ -100,6 +112,44 @@ def uncovered_bubbles(
                 ] = True
         total = int(ink.sum())
         if total and int((ink & ~covered).sum()) > UNCOVERED_SHARE * total:
+            found.append((x, y, x + w, y + h))
+    return found
+
+
+def empty_bubbles(
+    lines: Sequence[TextLine], grey: NDArray[np.uint8]
+) -> list[tuple[int, int, int, int]]:
+    """Boxes `(x0, y0, x1, y1)` of balloons that hold no line but ink enough to be lettering:
+    a patch of paper at least `EMPTY_MIN_AREA` lines' thickness squared and at most
+    `EMPTY_MAX_AREA` of the page, mostly paper within its outline (`EMPTY_MIN_PAPER`; a
+    patch between strokes of art is mostly holes), and `EMPTY_INK` of it ink. The page-wide
+    detection misses a whole balloon now and then; at the balloon's scale it is found."""
+    import cv2
+
+    if not lines:
+        return []
+    paper, labels, stats = _paper_patches(grey)
+    holding = {line.bubble for line in in_bubbles(lines, grey)}
+    thickness = float(np.median([line.thickness for line in lines]))
+    low_ink, high_ink = EMPTY_INK
+    found = []
+    for label in range(1, len(stats)):
+        x, y, w, h, area = stats[label].tolist()
+        if (
+            label in holding
+            or area < EMPTY_MIN_AREA * thickness**2
+            or area > EMPTY_MAX_AREA * grey.size
+            or min(w, h) < 2 * thickness
+            or w * h > BUBBLE_MAX_AREA * grey.size
+        ):
+            continue
+        patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
+        contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+        filled = np.zeros_like(patch)
+        cv2.drawContours(filled, contours, -1, 1, thickness=cv2.FILLED)
+        inside = int(filled.sum())
+        ink = int(((filled > 0) & (paper[y : y + h, x : x + w] == 0)).sum())
+        if area >= EMPTY_MIN_PAPER * inside and low_ink * inside <= ink <= high_ink * inside:
             found.append((x, y, x + w, y + h))
     return found
 

@@ -25,6 +25,9 @@ of one line are one lettering, read alike; garbage read from a drawing (a sound 
 touching the end of a name tag is not part of it."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
+LANE_MAX_ALONG: Final = 0.5
+"""Two lines overlapping along their length by more than this share of the shorter are two
+lanes (two rows of a slanted caption), however close their centres."""
 SAME_SIZE: Final = 2.0
 """Lines of one block differ in thickness by at most this factor."""
 
@@ -243,33 +246,54 @@ def _order_block(lines: list[TextLine]) -> Block:
     vertical = votes["v"] > votes["h"]
     if vertical:
         # Columns right to left, each column top to bottom.
-        lanes = _lanes(lines, lambda line: (line.x0, line.x1))
-        lanes.sort(key=lambda lane: -_lane_centre(lane, lambda line: (line.x0, line.x1)))
+        lanes = _lanes(lines, _x_span, _y_span)
+        lanes.sort(key=lambda lane: -_lane_centre(lane, _x_span))
         ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.y0)]
     else:
         # Rows top to bottom, each row left to right.
-        lanes = _lanes(lines, lambda line: (line.y0, line.y1))
-        lanes.sort(key=lambda lane: _lane_centre(lane, lambda line: (line.y0, line.y1)))
+        lanes = _lanes(lines, _y_span, _x_span)
+        lanes.sort(key=lambda lane: _lane_centre(lane, _y_span))
         ordered = [line for lane in lanes for line in sorted(lane, key=lambda line: line.x0)]
     return Block(tuple(ordered), vertical)
 
 
 def _lanes(
-    lines: list[TextLine], extent: Callable[[TextLine], tuple[float, float]]
+    lines: list[TextLine],
+    extent: Callable[[TextLine], tuple[float, float]],
+    along: Callable[[TextLine], tuple[float, float]],
 ) -> list[list[TextLine]]:
-    """Lines sharing a column (`extent` = x span) or a row (`extent` = y span): their
-    centres lie within `SAME_LANE` of the thinner one's thickness."""
+    """Lines sharing a column (`extent` = x span, `along` = y span) or a row (the other way
+    round): their centres lie within `SAME_LANE` of the thinner one's thickness, and they do
+    not lie beside each other (`_alongside`)."""
     lanes: list[list[TextLine]] = []
     for line in sorted(lines, key=lambda line: _centre(extent(line))):
         start, end = extent(line)
         for lane in lanes:
             thinnest = min(min(end - start, extent(other)[1] - extent(other)[0]) for other in lane)
-            if abs(_centre(extent(line)) - _lane_centre(lane, extent)) <= SAME_LANE * thinnest:
+            if abs(
+                _centre(extent(line)) - _lane_centre(lane, extent)
+            ) <= SAME_LANE * thinnest and not any(_alongside(line, other, along) for other in lane):
                 lane.append(line)
                 break
         else:
             lanes.append([line])
     return lanes
+
+
+def _alongside(a: TextLine, b: TextLine, along: Callable[[TextLine], tuple[float, float]]) -> bool:
+    """True when `a` and `b` overlap along their lane (`along`: their span down a column or
+    across a row) by more than `LANE_MAX_ALONG` of the shorter. Two pieces of one row follow
+    each other; the boxes of two rows of a slanted caption, each as tall as its slant, lie
+    one over the other instead."""
+    return _overlap(*along(a), *along(b)) > LANE_MAX_ALONG
+
+
+def _x_span(line: TextLine) -> tuple[float, float]:
+    return line.x0, line.x1
+
+
+def _y_span(line: TextLine) -> tuple[float, float]:
+    return line.y0, line.y1
 
 
 def _centre(span: tuple[float, float]) -> float:

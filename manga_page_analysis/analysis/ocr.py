@@ -28,7 +28,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from manga_page_analysis.analysis.analyzer import READY, Readiness, VisionResult
 from manga_page_analysis.analysis.answer import Analysis
-from manga_page_analysis.analysis.bubbles import uncovered_bubbles
+from manga_page_analysis.analysis.bubbles import empty_bubbles, uncovered_bubbles
 from manga_page_analysis.analysis.images import PreparedImage, undecodable
 from manga_page_analysis.analysis.layout import Block
 from manga_page_analysis.analysis.ocr_pipeline import read_lines
@@ -255,8 +255,9 @@ class OcrAnalyzer:
     def _read(engine: Any, page: Image.Image) -> list[Block]:
         lines = read_lines(engine, page)
         grey = np.asarray(page.convert("L"))
-        # A balloon whose ink the lines found do not cover is read again on its own.
-        for x0, y0, x1, y1 in uncovered_bubbles(lines, grey):
+        # A balloon whose ink the lines found do not cover, or which holds lettering but no
+        # line, is read again on its own.
+        for x0, y0, x1, y1 in uncovered_bubbles(lines, grey) + empty_bubbles(lines, grey):
             known = [line.moved(-x0, -y0) for line in lines]
             again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
             lines += [line.moved(x0, y0) for line in again]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+from manga_page_analysis.analysis.voicing import differs_in_voicing_only
+
 INTACT_MAX_CER: Final = 0.25
 """A returned block reproduces a ground-truth block when its CER against it is at most this."""
 FOUND_MAX_CER: Final = 0.5
@@ -29,8 +31,6 @@ DROPPED_MIN_RUN: Final = 3
 GARBAGE_MAX_COVERED: Final = 0.25
 """A returned block is garbage when at most this share of its box lies on ground-truth blocks
 (it was read where there is nothing to read: art, an effect, background lettering)."""
-VOICING_MARKS: Final = ("\u3099", "\u309a")
-"""Combining dakuten and handakuten (NFD): ご is こ + U+3099, ぱ is は + U+309A."""
 
 
 def normalise(text: str) -> str:
@@ -156,18 +156,8 @@ def _alignment_errors(expected: str, returned: str) -> tuple[int, int]:
             dropped = 1
         if tag == "replace":
             pairs = zip(reference[i0:i1], hypothesis[j0:j1], strict=False)
-            voicing += sum(1 for a, b in pairs if _voiced_alike(a, b))
+            voicing += sum(1 for a, b in pairs if differs_in_voicing_only(a, b))
     return dropped, voicing
-
-
-def _voiced_alike(a: str, b: str) -> bool:
-    """Two different kana that differ only in a voiced mark (ご and こ, ぶ and ぷ)."""
-
-    def base(char: str) -> str:
-        decomposed = unicodedata.normalize("NFD", char)
-        return "".join(mark for mark in decomposed if mark not in VOICING_MARKS)
-
-    return a != b and base(a) == base(b)
 
 
 def _covered(box: Sequence[float], regions: Sequence[Sequence[float]]) -> float:

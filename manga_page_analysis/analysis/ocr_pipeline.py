@@ -18,7 +18,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
-from manga_page_analysis.analysis.layout import TextLine
+from manga_page_analysis.analysis.layout import VERTICAL_RATIO, TextLine
+from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
 
 PAD_SHARE: Final = 0.05
 """Paper added around the image before detection, as a share of its short side."""
@@ -45,6 +46,21 @@ NEW_BOX_MAX_COVERED: Final = 0.3
 no first-look box lies in it by more than `NEW_BOX_MAX_HOLDS` of its own area."""
 NEW_BOX_MAX_HOLDS: Final = 0.5
 """See `NEW_BOX_MAX_COVERED`."""
+VOICING_REREAD_BELOW: Final = 0.9
+"""A line read with less confidence is read a second time, with paper added across it: the
+recogniser loses voiced marks (ご→こ, ボ→ポ), and a glyph set smaller in its frame keeps
+them more often. Only a reading that differs in voiced marks alone is taken (docs/ocr.md)."""
+VOICING_REREAD_PAD: Final = 0.1
+"""The paper added on each side across the line, as a share of its thickness."""
+MERGED_COLUMN_RATIO: Final = 1.3
+"""A column box at least this many times as thick as the image's median column, ..."""
+MERGED_COLUMN_BELOW: Final = 0.8
+"""... and read with less confidence than this, may be two columns the detector merged (tight
+columns with ruby between them): it is cut in two and each half read (docs/ocr.md)."""
+MERGED_COLUMN_MIN_COLUMNS: Final = 3
+"""The median column is measured on at least this many columns (a single bubble has few)."""
+INK_LEVEL: Final = 128
+"""A pixel darker than this (0-255) is ink, where the cut between two columns is sought."""
 MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
 
@@ -91,15 +107,125 @@ def read_lines(
     if not boxes:
         return []
     crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
-    recognised = engine._load_rec_model()(TextRecInput(img=crops))
+    recogniser = engine._load_rec_model()
+    recognised = recogniser(TextRecInput(img=crops))
+    texts, scores = _read_voicing_again(
+        recogniser, crops, list(recognised.txts), list(recognised.scores)
+    )
+    boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
     lines = []
     # Boxes grow into the paper added around the page: clipped back to the page.
     limit = np.array(page.size, dtype=np.float32)
-    for box, text, score in zip(boxes, recognised.txts, recognised.scores, strict=True):
+    for box, text, score in zip(boxes, texts, scores, strict=True):
         if text.strip() and score >= MIN_TEXT_SCORE:
             quad = np.clip(box - margin, 0.0, limit)
             lines.append(TextLine.from_quad(quad.tolist(), text, float(score)))
     return lines
+
+
+def _split_merged_columns(
+    recogniser: Any,
+    source: NDArray[np.uint8],
+    boxes: list[NDArray[np.float32]],
+    texts: list[str],
+    scores: list[float],
+) -> tuple[list[NDArray[np.float32]], list[str], list[float]]:
+    """The boxes with their readings, where a column box as thick as two columns
+    (`MERGED_COLUMN_RATIO` of the image's median column) read doubtfully (under
+    `MERGED_COLUMN_BELOW`) is cut in two at the lightest band down its middle third and each
+    half read on its own. The halves read (text, at least `MIN_TEXT_SCORE`) replace the box
+    when each is read more confidently than the whole; the right half comes first.
+    `source`: the image the boxes lie in (BGR)."""
+    from rapidocr.ch_ppocr_rec import TextRecInput
+    from rapidocr.utils.process_img import get_rotate_crop_image
+
+    columns = [box for box in boxes if _is_column(box)]
+    if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
+        return boxes, texts, scores
+    typical = statistics.median(_thickness(box) for box in columns)
+    grey = source.mean(axis=2)
+    kept_boxes: list[NDArray[np.float32]] = []
+    kept_texts: list[str] = []
+    kept_scores: list[float] = []
+    for box, text, score in zip(boxes, texts, scores, strict=True):
+        halves = []
+        if (
+            _is_column(box)
+            and score < MERGED_COLUMN_BELOW
+            and _thickness(box) >= MERGED_COLUMN_RATIO * typical
+        ):
+            halves = _halves(box, grey)
+        if halves:
+            crops = [get_rotate_crop_image(source, half.copy()) for half in halves]
+            again = recogniser(TextRecInput(img=crops))
+            read = [
+                (half, half_text, float(half_score))
+                for half, half_text, half_score in zip(
+                    halves, again.txts, again.scores, strict=True
+                )
+                if half_text.strip() and half_score >= MIN_TEXT_SCORE
+            ]
+            if read and all(half_score > score for _, _, half_score in read):
+                kept_boxes += [half for half, _, _ in read]
+                kept_texts += [half_text for _, half_text, _ in read]
+                kept_scores += [half_score for _, _, half_score in read]
+                continue
+        kept_boxes.append(box)
+        kept_texts.append(text)
+        kept_scores.append(score)
+    return kept_boxes, kept_texts, kept_scores
+
+
+def _halves(box: NDArray[np.float32], grey: NDArray[Any]) -> list[NDArray[np.float32]]:
+    """A column box cut in two (right half first) down the band of its middle third that
+    holds the least ink; none when it is too thin to cut."""
+    x0, y0 = box.min(axis=0)
+    x1, y1 = box.max(axis=0)
+    left, right = int(x0), int(np.ceil(x1))
+    ink = (grey[int(y0) : int(np.ceil(y1)), left:right] < INK_LEVEL).sum(axis=0)
+    if ink.size < 3:
+        return []
+    third = ink.size // 3
+    cut = float(left + third + int(np.argmin(ink[third : ink.size - third])))
+    return [
+        np.array([[cut, y0], [x1, y0], [x1, y1], [cut, y1]], dtype=np.float32),
+        np.array([[x0, y0], [cut, y0], [cut, y1], [x0, y1]], dtype=np.float32),
+    ]
+
+
+def _is_column(box: NDArray[np.float32]) -> bool:
+    xs, ys = box[:, 0], box[:, 1]
+    return float(ys.max() - ys.min()) >= VERTICAL_RATIO * float(xs.max() - xs.min())
+
+
+def _read_voicing_again(
+    recogniser: Any, crops: list[NDArray[np.uint8]], texts: list[str], scores: list[float]
+) -> tuple[list[str], list[float]]:
+    """`texts` and `scores`, where a doubtful line (under `VOICING_REREAD_BELOW`, but kept:
+    `MIN_TEXT_SCORE` or more) holding kana that take voiced marks, read again with paper
+    added across it (`VOICING_REREAD_PAD`), differs only in voiced marks and is read more
+    confidently, with that reading. Each crop is a line laid horizontal."""
+    import cv2
+    from rapidocr.ch_ppocr_rec import TextRecInput
+
+    doubtful = [
+        index
+        for index, score in enumerate(scores)
+        if MIN_TEXT_SCORE <= score < VOICING_REREAD_BELOW and may_be_voiced(texts[index])
+    ]
+    if not doubtful:
+        return texts, scores
+    padded = []
+    for index in doubtful:
+        crop = np.ascontiguousarray(crops[index])
+        pad = max(1, round(VOICING_REREAD_PAD * crop.shape[0]))
+        padded.append(cv2.copyMakeBorder(crop, pad, pad, 0, 0, cv2.BORDER_REPLICATE))
+    again = recogniser(TextRecInput(img=padded))
+    texts, scores = list(texts), list(scores)
+    for index, text, score in zip(doubtful, again.txts, again.scores, strict=True):
+        if score > scores[index] and differs_in_voicing_only(texts[index], text):
+            texts[index], scores[index] = text, float(score)
+    return texts, scores
 
 
 def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArray[np.float32]]:

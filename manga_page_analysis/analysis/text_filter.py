@@ -39,6 +39,9 @@ OVERSIZED_MIN_SCORE: Final = 0.9
 when it is mostly kanji (`SHOUT_MIN_KANJI`)."""
 SHOUT_MIN_KANJI: Final = 0.5
 """Oversized lettering at least this share kanji (of its letters) is a shout, not an effect."""
+MIN_KANA_SHARE: Final = 0.1
+"""A page is Japanese when at least this share of its CJK letters is kana (a page of
+dialogue is mostly kana; a Chinese page has none)."""
 MIN_CJK_SHARE_RTL: Final = 0.1
 """A page reads right to left when at least this share of its letters is CJK (kana, kanji)."""
 
@@ -46,6 +49,8 @@ MIN_CJK_SHARE_RTL: Final = 0.1
 def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) -> list[Block]:
     """The page's dialogue blocks in reading order. `grey`: the page (for its panels)."""
     kept = dialogue_lines(lines)
+    if is_japanese(kept):
+        kept = [line for line in kept if not has_foreign_ideograph(line.text)]
     if grey is not None:
         kept = in_bubbles(kept, grey)
     right_to_left = is_right_to_left(kept)
@@ -61,6 +66,35 @@ def is_right_to_left(lines: Sequence[TextLine]) -> bool:
         return True
     cjk = sum(1 for char in letters if not char.isascii())
     return cjk >= MIN_CJK_SHARE_RTL * len(letters)
+
+
+def is_japanese(lines: Sequence[TextLine]) -> bool:
+    """The page's letters include kana (at least `MIN_KANA_SHARE` of its CJK letters): Japanese,
+    not Chinese, which is written in ideographs alone."""
+    cjk = [char for line in lines for char in line.text if _is_ideograph(char) or _is_kana(char)]
+    kana = sum(1 for char in cjk if _is_kana(char))
+    return bool(cjk) and kana >= MIN_KANA_SHARE * len(cjk)
+
+
+def has_foreign_ideograph(text: str) -> bool:
+    """`text` holds an ideograph that Japanese text does not use (outside the JIS sets, so not
+    in code page 932): a simplified Chinese form (严, 丰, 专) that the multilingual recogniser
+    gives for strokes of a drawing or a sound effect."""
+    for char in text:
+        if _is_ideograph(char):
+            try:
+                char.encode("cp932")
+            except UnicodeEncodeError:
+                return True
+    return False
+
+
+def _is_ideograph(char: str) -> bool:
+    return unicodedata.name(char, "").startswith("CJK UNIFIED")
+
+
+def _is_kana(char: str) -> bool:
+    return "\u3041" <= char <= "\u30fa"
 
 
 def is_kana(text: str) -> bool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.bubbles import in_bubbles, uncovered_bubbles
+from manga_page_analysis.analysis.bubbles import empty_bubbles, in_bubbles, uncovered_bubbles
 from manga_page_analysis.analysis.layout import TextLine, reading_order
 
 
@@ -48,3 +48,36 @@ def test_a_balloon_with_a_column_no_line_covers_is_read_again():
     missed = TextLine(258, 116, 294, 384, "だよな")
     assert uncovered_bubbles([read], grey) == [(154, 104, 346, 396)]
     assert uncovered_bubbles([read, missed], grey) == []
+
+
+def test_a_balloon_with_lettering_but_no_line_is_read_again():
+    grey = page_with_a_balloon()
+    grey[520:660, 200:300] = 20  # a second, smaller balloon's outline
+    grey[524:656, 204:296] = 250  # its paper
+    for top in range(540, 640, 30):  # lettering the detection missed: a column of glyphs
+        grey[top : top + 24, 240:264] = 30
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    assert empty_bubbles([read], grey) == [(204, 524, 296, 656)]
+    assert empty_bubbles([], grey) == []  # nothing read: nothing to measure lettering by
+
+
+def test_a_blank_balloon_and_a_patch_of_hatched_art_are_not_read_again():
+    grey = page_with_a_balloon()
+    grey[520:660, 200:300] = 20
+    grey[524:656, 204:296] = 250  # a balloon with nothing in it
+    grey[540:700, 380:480] = 250  # a patch of paper, hatched: art
+    grey[544:696:2, 384:476] = 20
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    assert empty_bubbles([read], grey) == []
+
+
+def test_paper_winding_round_the_art_is_not_read_again():
+    """A ring of paper round a block of art (gutters round a panel): its pixels are few, so a
+    line in it is in a balloon, but its box is most of the page: not read again."""
+    grey = np.full((800, 500), 120, dtype=np.uint8)
+    grey[40:760, 40:460] = 250
+    grey[75:725, 75:425] = 120  # the art the paper winds round
+    grey[45:70, 100:300] = 30  # a line of text in the ring
+    line = TextLine(96, 42, 304, 72, "おしらせ")
+    assert in_bubbles([line], grey)[0].bubble is not None
+    assert uncovered_bubbles([line], grey) == []

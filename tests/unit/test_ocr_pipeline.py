@@ -1,10 +1,19 @@
-"""The second look at a small image adds only boxes the first look missed (no engine)."""
+"""The second look at a small image adds only boxes the first look missed, a doubtful line
+read again keeps only a reading that restores voiced marks, and two columns read as one box
+are read apart (no engine: a recogniser that answers by the crop's size)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from manga_page_analysis.analysis.ocr_pipeline import _new
+from manga_page_analysis.analysis.ocr_pipeline import (
+    _new,
+    _read_voicing_again,
+    _split_merged_columns,
+)
 
 
 def quad(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
@@ -27,3 +36,101 @@ def test_a_box_found_again_is_not_added_twice():
 def test_a_box_elsewhere_is_new():
     assert _new(quad(10, 10, 40, 200), [quad(100, 10, 130, 200)])
     assert _new(quad(10, 10, 40, 200), [])
+
+
+@dataclass
+class Read:
+    txts: tuple[str, ...]
+    scores: tuple[float, ...]
+
+
+class Recogniser:
+    """Reads each crop as the reading given for its height (a padded crop is taller)."""
+
+    def __init__(self, readings: dict[int, tuple[str, float]]) -> None:
+        self.readings = readings
+        self.heights: list[int] = []
+
+    def __call__(self, request: Any) -> Read:
+        self.heights += [crop.shape[0] for crop in request.img]
+        found = [self.readings[crop.shape[0]] for crop in request.img]
+        return Read(tuple(text for text, _ in found), tuple(score for _, score in found))
+
+
+def crop(height: int) -> np.ndarray:
+    return np.full((height, 5 * height, 3), 255, dtype=np.uint8)
+
+
+def test_a_doubtful_line_read_again_keeps_a_more_confident_reading_with_its_voiced_marks():
+    recogniser = Recogniser({40: ("とんな練習", 0.73), 48: ("どんな練習", 0.81)})
+    texts, scores = _read_voicing_again(recogniser, [crop(40)], ["とんな練習"], [0.73])
+    assert (texts, scores) == (["どんな練習"], [0.81])
+    assert recogniser.heights == [48]  # four rows of paper added on each side
+
+
+def test_a_second_reading_that_changes_more_than_voiced_marks_is_not_taken():
+    recogniser = Recogniser({40: ("ウェー", 0.7), 48: ("ヴェーブ", 0.99)})
+    assert _read_voicing_again(recogniser, [crop(40)], ["ウェー"], [0.7]) == (["ウェー"], [0.7])
+
+
+def test_a_less_confident_second_reading_is_not_taken():
+    recogniser = Recogniser({40: ("朝練で", 0.6), 48: ("朝練て", 0.5)})
+    assert _read_voicing_again(recogniser, [crop(40)], ["朝練で"], [0.6]) == (["朝練で"], [0.6])
+
+
+def test_a_confident_line_is_not_read_again():
+    recogniser = Recogniser({})
+    assert _read_voicing_again(recogniser, [crop(40)], ["どんな"], [0.99]) == (["どんな"], [0.99])
+    assert recogniser.heights == []
+
+
+def two_columns_read_as_one() -> tuple[np.ndarray, list[np.ndarray]]:
+    """A white image with three columns of ink 30 px thick and, at x 40-100, two columns
+    set so close (a 6 px gap at x 68-74) that the detector gave them one box."""
+    source = np.full((300, 400, 3), 255, dtype=np.uint8)
+    for x0, x1 in ((42, 68), (74, 98), (200, 230), (260, 290), (320, 350)):
+        source[20:280:12, x0:x1] = 0  # rows of glyph strokes
+    boxes = [quad(40, 20, 100, 280), quad(200, 20, 230, 280), quad(260, 20, 290, 280)]
+    return source, [*boxes, quad(320, 20, 350, 280)]
+
+
+def test_a_column_box_as_thick_as_two_read_badly_is_read_as_two_columns():
+    source, boxes = two_columns_read_as_one()
+    # The halves' crops are laid horizontal: their height is the half's thickness.
+    recogniser = Recogniser({32: ("しくじったな…", 0.89), 28: ("早い内に布団を", 0.87)})
+    texts, scores = ["", "あ", "い", "う"], [0.0, 0.99, 0.99, 0.99]
+    split_boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    assert texts == ["しくじったな…", "早い内に布団を", "あ", "い", "う"]  # right half first
+    assert scores[:2] == [0.89, 0.87]
+    assert [float(box[:, 0].min()) for box in split_boxes[:2]] == [68.0, 40.0]  # cut in the gap
+
+
+def test_a_half_read_as_nothing_is_dropped_and_the_other_kept():
+    source, boxes = two_columns_read_as_one()
+    recogniser = Recogniser({32: ("", 0.0), 28: ("いろいろ悩んでた", 0.83)})
+    texts = ["さるいる道", "あ", "い", "う"]
+    _, texts, _ = _split_merged_columns(recogniser, source, boxes, texts, [0.59, 1, 1, 1])
+    assert texts == ["いろいろ悩んでた", "あ", "い", "う"]
+
+
+def test_a_thick_column_read_well_or_halves_read_worse_stay_whole():
+    source, boxes = two_columns_read_as_one()
+    confident = Recogniser({})
+    texts = ["見出し", "あ", "い", "う"]
+    assert _split_merged_columns(confident, source, boxes, texts, [0.95, 1, 1, 1])[1] == texts
+    assert confident.heights == []  # not read again
+    worse = Recogniser({32: ("ど１る", 0.5), 28: ("コレ", 0.34)})
+    assert _split_merged_columns(worse, source, boxes, texts, [0.78, 1, 1, 1])[1] == texts
+
+
+def test_a_doubtful_line_without_kana_that_take_voiced_marks_is_not_read_again():
+    recogniser = Recogniser({})
+    texts = ["東京駅", "OK!", "ーっ…", "ノノミ"]
+    assert _read_voicing_again(recogniser, [crop(40)] * 4, texts, [0.7] * 4)[0] == texts
+    assert recogniser.heights == []
+
+
+def test_a_line_too_doubtful_to_be_kept_is_not_read_again():
+    recogniser = Recogniser({})
+    assert _read_voicing_again(recogniser, [crop(40)], ["とんな"], [0.2]) == (["とんな"], [0.2])
+    assert recogniser.heights == []

@@ -173,3 +173,18 @@ def test_text_outside_the_panels_is_read_where_it_stands_among_them():
     blocks = reading_order([margin, last, note, second, first, header], panels)
     expected = ["header", "みぎ", "ひだり", "ちゅう", "した", "はじのおしらせをここにかく"]
     assert [block.text for block in blocks] == expected
+
+
+def test_two_lines_of_a_slanted_caption_are_read_top_to_bottom():
+    # A skewed scan: each line's box is as tall as its slant, so the two boxes' centres lie
+    # within half a box of each other; the second line also starts further left.
+    first = TextLine(162, 324, 517, 420, "時代は大きくさかのぼり、")
+    second = TextLine(160, 368, 499, 461, "そこにはある男の姿が")
+    assert page_text([second, first]) == "時代は大きくさかのぼり、そこにはある男の姿が"
+
+
+def test_pieces_of_one_row_that_do_not_overlap_stay_in_one_row():
+    # One line cut in two by the detector, the right piece a little lower: one row.
+    left = TextLine(100, 100, 300, 130, "おはよう")
+    right = TextLine(305, 108, 420, 138, "ございます")
+    assert page_text([right, left]) == "おはようございます"

@@ -88,3 +88,18 @@ def test_pages_with_japanese_read_right_to_left_and_latin_pages_left_to_right():
     assert is_right_to_left([column(0, 0, "おはよう"), TextLine(0, 0, 200, 30, "Good morning")])
     assert not is_right_to_left([TextLine(0, 0, 200, 30, "Good morning, Tokyo!")])
     assert is_right_to_left([])
+
+
+def test_on_a_japanese_page_a_line_with_an_ideograph_japanese_does_not_use_is_dropped():
+    # 严丰: strokes of a drawn sound effect read by the multilingual recogniser.
+    dialogue = [column(400, 100, "こんな楽しい"), column(300, 100, "気分久しぶり")]
+    drawn = column(100, 100, "严丰", score=0.71)
+    assert [block.text for block in read_page([*dialogue, drawn])] == [
+        "こんな楽しい",
+        "気分久しぶり",
+    ]
+
+
+def test_a_chinese_page_keeps_its_simplified_ideographs():
+    lines = [column(400, 100, "这是严重的问题"), column(300, 100, "丰富")]
+    assert sorted(block.text for block in read_page(lines)) == ["丰富", "这是严重的问题"]
