@@ -104,6 +104,8 @@ class Job(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     reclaim_count: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     """How often the job's lease was reclaimed from a worker that died (crash-loop guard)."""
+    leased_by: Mapped[str | None] = mapped_column(Text)
+    """The runner that leased the job last (never cleared; migration 0011)."""
 
     __table_args__ = (
         CheckConstraint(_in("state", JOB_STATES), name="state"),

@@ -16,23 +16,39 @@ from manga_page_analysis.queue.states import dead_letter, give_back
 from manga_page_analysis.queue.table import Lease, run
 
 
-def lease(conn: Conn, kind: str | None, limit: int, lease_duration: timedelta) -> list[Lease]:
+def lease(
+    conn: Conn,
+    kind: str | None,
+    limit: int,
+    lease_duration: timedelta,
+    *,
+    holder: str | None = None,
+) -> list[Lease]:
     """Lease up to `limit` due jobs of `kind` (`None`: any kind; a row of a kind
-    this process has not registered is given back at once, untouched)."""
+    this process has not registered is given back at once, untouched).
+
+    `holder` names who leases (a runner's id): it is written to each leased
+    row's `leased_by`, which nothing clears afterwards; `None` writes NULL."""
     if kind is None:
-        return _lease(conn, None, limit, lease_duration)
-    return lease_kinds(conn, [kind], limit, lease_duration)
+        return _lease(conn, None, limit, lease_duration, holder)
+    return lease_kinds(conn, [kind], limit, lease_duration, holder=holder)
 
 
 def lease_kinds(
-    conn: Conn, kinds: Sequence[str], limit: int, lease_duration: timedelta
+    conn: Conn,
+    kinds: Sequence[str],
+    limit: int,
+    lease_duration: timedelta,
+    *,
+    holder: str | None = None,
 ) -> list[Lease]:
     """Lease up to `limit` due jobs whose kind is one of `kinds`; kinds not
-    registered in this process are left out (their rows could not be decoded)."""
+    registered in this process are left out (their rows could not be decoded).
+    `holder`: as for `lease`."""
     registered = [kind for kind in kinds if job_kind(kind) is not None]
     if not registered:
         return []
-    return _lease(conn, registered, limit, lease_duration)
+    return _lease(conn, registered, limit, lease_duration, holder)
 
 
 @functools.lru_cache(maxsize=512)
@@ -49,7 +65,8 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     in one step, several times faster than decoding then validating a dict.
     Constants (the kinds, the limit) are rendered inline: the planner can then
     match the partial indexes' predicates, and a bound `LIMIT` would make a
-    generic plan guess 10 % of the table and hash-join a full scan.
+    generic plan guess 10 % of the table and hash-join a full scan. The holder
+    is bound: one text per kinds and limit, whoever leases.
     """
     # Registered kind names are `[a-z][a-z0-9_]*`: safe inline; spelled as in the index.
     kind = ""
@@ -74,7 +91,8 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
         UPDATE crawler_jobs AS j
         SET state = 'running', attempts = j.attempts + 1,
             lease_generation = j.lease_generation + 1,
-            leased_until = now() + %(lease_duration)s::interval, updated_at = now()
+            leased_until = now() + %(lease_duration)s::interval, leased_by = %(holder)s,
+            updated_at = now()
         FROM candidates WHERE j.id = candidates.id
         RETURNING j.id, CAST(j.payload AS text), j.attempts, j.max_attempts,
                   j.lease_generation, j.scheduled_at, j.created_at
@@ -82,14 +100,18 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
 
 
 def _lease(
-    conn: Conn, kinds: list[str] | None, limit: int, lease_duration: timedelta
+    conn: Conn,
+    kinds: list[str] | None,
+    limit: int,
+    lease_duration: timedelta,
+    holder: str | None,
 ) -> list[Lease]:
     """Lease, then hand out the rows in schedule order, dead-lettering any that
     cannot be worked on. No row lock outlives the caller's transaction."""
     if limit < 1:
         return []
     statement = _lease_statement(None if kinds is None else tuple(sorted(set(kinds))), limit)
-    result = run(conn, statement, {"lease_duration": lease_duration})
+    result = run(conn, statement, {"lease_duration": lease_duration, "holder": holder})
     # Rows unpacked and indexed as tuples: per row, attribute access by name costs
     # more than the rest of the bookkeeping.
     rows = sorted(result.all(), key=operator.itemgetter(5, 6))

@@ -262,7 +262,9 @@ def test_the_lease_does_not_step_over_running_rows(engine):
     for kinds in ((KIND_SYNC_MANGA,), None):
         statement = _lease_statement(kinds, 16)
         with engine.connect() as conn, conn.begin() as transaction:
-            sql = statement.replace("%(lease_duration)s", "'60 seconds'")
+            sql = statement.replace("%(lease_duration)s", "'60 seconds'").replace(
+                "%(holder)s", "'bench:1:worker:0'"
+            )
             (plan,) = conn.execute(
                 text("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql)
             ).scalar_one()

@@ -183,6 +183,51 @@ def test_lease_marks_running_and_bumps_attempts_and_generation(engine):
     assert row.leased_until - row.db_now == timedelta(seconds=90)
 
 
+def test_lease_without_a_holder_leaves_leased_by_null(engine):
+    with engine.begin() as conn:
+        job_id = enqueue(conn, manga())
+    with engine.begin() as conn:
+        (held,) = lease(conn, KIND_SYNC_MANGA, 5, MINUTE)
+        assert job_row(conn, job_id).leased_by is None
+        assert ack_done(conn, held)
+        assert job_row(conn, job_id).leased_by is None
+
+
+def test_the_holder_is_written_by_the_lease_and_kept_by_every_end(engine):
+    with engine.begin() as conn:
+        done, failed, released, reclaimed = (
+            enqueue(conn, manga(key)) for key in ("done", "failed", "released", "reclaimed")
+        )
+    with engine.begin() as conn:
+        held_by_a = lease_kinds(conn, [KIND_SYNC_MANGA], 5, MINUTE, holder="a:1:w:x")
+        leases = {held.id: held for held in held_by_a}
+        assert {job_row(conn, job_id).leased_by for job_id in leases} == {"a:1:w:x"}
+        assert ack_done(conn, leases[done])
+        assert ack_failed(conn, leases[failed], "boom")
+        assert release(conn, leases[released])
+        expire_lease(conn, reclaimed)
+        assert reclaim_orphaned(conn) == 1
+        rows = {job_id: job_row(conn, job_id) for job_id in leases}
+    assert [rows[job_id].state for job_id in (done, failed, released, reclaimed)] == [
+        "done",
+        "pending",
+        "pending",
+        "pending",
+    ]
+    assert {row.leased_by for row in rows.values()} == {"a:1:w:x"}  # never cleared
+
+    # The next lease names its own holder; one that names none leaves no stale name.
+    with engine.begin() as conn:
+        make_due(conn, failed)
+        again = lease(conn, None, 10, MINUTE, holder="b:2:w:y")
+        assert {held.id for held in again} == {failed, released, reclaimed}
+        assert {job_row(conn, held.id).leased_by for held in again} == {"b:2:w:y"}
+        assert release(conn, again[0])
+        (anonymous,) = lease(conn, None, 10, MINUTE)
+        assert anonymous.id == again[0].id
+        assert job_row(conn, anonymous.id).leased_by is None
+
+
 def test_live_leases_are_not_released_but_expired_ones_are_re_leased(engine):
     with engine.begin() as conn:
         job_id = enqueue(conn, manga())
