@@ -389,12 +389,13 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
             ):
                 logger.info(
                     "run-worker: database %s, analyzer %s, storage %s, "
-                    "%d worker(s), job timeout %.0f s",
+                    "%d worker(s), job timeout %.0f s; runner id %s (leased_by of its jobs)",
                     _safe_url(url),
                     _analyzer_label(settings),
                     settings.storage_url or settings.storage_root.resolve(),
                     settings.analysis_workers,
                     settings.job_timeout_seconds,
+                    runner.runner_id,
                 )
                 graceful.on_stop(runner.stop, now=runner.stop_now)
                 runner.start()

@@ -59,7 +59,8 @@ class _LoadsAborted(Exception):
 
 class LeaseLoop(ThreadService):
     """`submit(batch)` hands each leased batch over to the pool ("dispatch" is
-    only ever a job's `execute`)."""
+    only ever a job's `execute`); `holder` (the runner's id) goes into each
+    leased row's `leased_by`."""
 
     role = "lease"
 
@@ -76,11 +77,13 @@ class LeaseLoop(ThreadService):
         lease_duration: timedelta,
         idle_poll: float,
         readiness: ReadinessGate | None,
+        holder: str | None,
         name: str = "worker",
     ) -> None:
         super().__init__(name)
         self._engine = engine
         self._handlers = handlers
+        self._holder = holder
         self._jobs = jobs
         self._outage = outage
         self._submit = submit
@@ -168,7 +171,7 @@ class LeaseLoop(ThreadService):
         minute, each load runs in its own savepoint so the job at fault
         fails alone."""
         isolated = time.monotonic() < self._isolate_loads_until
-        leases = lease_kinds(conn, kinds, limit, self.lease_duration)
+        leases = lease_kinds(conn, kinds, limit, self.lease_duration, holder=self._holder)
         try:
             return [self._load(conn, lease, isolated=isolated) for lease in leases]
         except DBAPIError as exc:

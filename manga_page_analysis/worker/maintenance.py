@@ -16,10 +16,7 @@ waits for it at most until its next renewal is due.
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -38,13 +35,9 @@ from manga_page_analysis.worker.service import ThreadService
 logger = logging.getLogger(__name__)
 
 
-def new_leader_id(name: str) -> str:
-    """`host:pid:name:random`, unique per runner (two runners in a process differ)."""
-    return f"{socket.gethostname()}:{os.getpid()}:{name}:{uuid.uuid4().hex[:8]}"
-
-
 class Maintainer(ThreadService):
-    """`leading` is `True` while this runner holds the maintenance lease."""
+    """`leading` is `True` while this runner holds the maintenance lease, under
+    `leader_id` (the runner's id, `manga_page_analysis.worker.identity`)."""
 
     role = "maintenance"
 
@@ -59,6 +52,7 @@ class Maintainer(ThreadService):
         reclaim_interval: float,
         reap_interval: float,
         reap_retention_days: int,
+        leader_id: str,
         on_leading: Callable[[bool], None] = lambda leading: None,
         name: str = "worker",
     ) -> None:
@@ -72,7 +66,7 @@ class Maintainer(ThreadService):
         self.reap_interval = reap_interval
         self.reap_retention_days = reap_retention_days
         self._on_leading = on_leading
-        self.leader_id = new_leader_id(name)
+        self.leader_id = leader_id
         self.leading = False
         self.reclaims = 0
         """Reclaim rounds run while leading (tests synchronise on it)."""

@@ -18,6 +18,7 @@ from manga_page_analysis.worker.dbsession import runner_outage
 from manga_page_analysis.worker.events import EventBus
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
+from manga_page_analysis.worker.identity import new_runner_id
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.leasing import LeaseLoop, WakeupListener
 from manga_page_analysis.worker.maintenance import Maintainer
@@ -90,6 +91,9 @@ class Runner:
         self.lease_duration = lease_duration
         self._readiness = readiness
         self._name = name
+        self.runner_id = new_runner_id(name)
+        """`host:pid:name:random`: the maintenance leader's id when this runner
+        leads, and the `leased_by` of every job it leases."""
         self._stopping = threading.Event()
         self._hard_stop = threading.Event()
         self._shutdown: threading.Thread | None = None
@@ -119,6 +123,7 @@ class Runner:
             reclaim_interval=reclaim_interval,
             reap_interval=reap_interval,
             reap_retention_days=reap_retention_days,
+            leader_id=self.runner_id,
             on_leading=functools.partial(self._outcomes.notify_observer, "leader_changed"),
             name=name,
         )
@@ -142,6 +147,7 @@ class Runner:
             lease_duration=lease_duration,
             idle_poll=idle_poll,
             readiness=readiness,
+            holder=self.runner_id,
             name=name,
         )
         self.listener = WakeupListener(
