@@ -58,7 +58,9 @@ def page_id_of(payload: Any) -> str | None:
 def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
     """The job's view: the listing's fields plus `payload`, `created_at`,
     `leased_until` (set while running: when its lease expires unless renewed),
-    and `page_id` (`analyze_page` only, else `None`). `NotFound` for an unknown id."""
+    `leased_by` (the runner that leased it last: while running, the one holding
+    it; `None` if never leased by a named runner), and `page_id` (`analyze_page`
+    only, else `None`). `NotFound` for an unknown id."""
     one = select(*jobs.c, KIND.label("kind")).where(jobs.c.id == job_id).cte("one")
     row = conn.execute(with_labels(one)).first()
     if row is None:
@@ -68,6 +70,7 @@ def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
         "payload": row.payload,
         "created_at": _iso(row.created_at),
         "leased_until": _iso(row.leased_until),
+        "leased_by": row.leased_by,
         "page_id": page_id_of(row.payload),
     }
 

@@ -32,6 +32,7 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.models import Chapter, Manga, Page
 from manga_page_analysis.queue import request_analysis
 from manga_page_analysis.storage import LocalStorage
+from manga_page_analysis.worker import Runner
 from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import insert_raw_job, wait_until
 from tests.integration.test_admin_page import (  # noqa: F401  (the browser fixture)
@@ -45,6 +46,7 @@ pytestmark = pytest.mark.slow
 SAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sample_manga"
 TOKEN = "views-browser-token"
 SECOND_READING = "二回目の読み: a second reading"
+DEAD_JOB_RUNNER = "gpu-2:4127:<b id=injected>worker</b>:9f2c41d0"
 
 
 def _seed(engine: Engine, storage_root: Path) -> dict[str, Any]:
@@ -81,6 +83,8 @@ def _seed(engine: Engine, storage_root: Path) -> dict[str, Any]:
             attempts=5,
             max_attempts=5,
             last_error="vision server answered 503 Service Unavailable: model is loading",
+            # Who ran it last; markup in a host or runner name stays text.
+            leased_by=DEAD_JOB_RUNNER,
         )
     return {
         "manga": manga_id,
@@ -92,7 +96,7 @@ def _seed(engine: Engine, storage_root: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def _runner(engine: Engine, storage_root: Path, **vision: Any) -> Iterator[None]:
+def _runner(engine: Engine, storage_root: Path, **vision: Any) -> Iterator[Runner]:
     """A running analysis runner on `engine`, publishing to `NOTIFY analysis_events`."""
     values: dict[str, Any] = {
         "database_url": engine.url.render_as_string(hide_password=False),
@@ -118,7 +122,7 @@ def _runner(engine: Engine, storage_root: Path, **vision: Any) -> Iterator[None]
     ) as runner:
         runner.start()
         try:
-            yield
+            yield runner
         finally:
             runner.stop()
             assert runner.join(10), "runner did not stop within 10 s"
@@ -157,7 +161,7 @@ def exercise_the_views(
 
     seeded = _seed(engine, storage_root)
     sample_page = seeded["pages"][1]
-    with _runner(engine, storage_root, analyzer=ocr):
+    with _runner(engine, storage_root, analyzer=ocr) as runner:
         wait_until(lambda: _job_state(engine, seeded["job"]) == "done", timeout=60)
     blocks = _blocks(engine, sample_page)
     assert len(blocks) >= 3, blocks  # 002.png has five lines of dialogue
@@ -212,6 +216,8 @@ def exercise_the_views(
     assert text_of('#job-body dd[data-field="state"]') == "done"
     assert text_of('#job-body dd[data-field="attempts"]') == "1 of 5"
     assert f'"page_id": "{sample_page}"' in text_of('#job-body dd[data-field="payload"]')
+    # The runner that ran it, by the id it leased under.
+    assert text_of('#job-body dd[data-field="runner"]') == f"{runner.runner_id} (leased it last)"
     _screenshot(browser, f"{prefix}_job_view.png")
     click("#job-page-link")
     wait.until(lambda _: text_of("#page-title") == "Sample manga ch. 1 p. 2")
@@ -223,6 +229,8 @@ def exercise_the_views(
     wait.until(lambda _: find("#view-job").get_attribute("aria-busy") == "false")
     assert "model is loading" in text_of('#job-body dd[data-field="last-error"]')
     assert text_of('#job-body dd[data-field="attempts"]') == "5 of 5"
+    assert text_of('#job-body dd[data-field="runner"]') == f"{DEAD_JOB_RUNNER} (leased it last)"
+    assert not present("#injected")
     _screenshot(browser, f"{prefix}_job_view_dead.png")
     click("#job-retry")
     wait.until(lambda _: text_of('#job-body dd[data-field="state"]') == "pending")
