@@ -2,7 +2,10 @@
 
 A gutter is a band of light pixels crossing a whole region. The page is cut recursively (an
 XY cut): rows of panels at full-width gutters, then each row into panels, and so on a few
-levels deep. A page with no clear gutters is one panel. Pure numpy over a greyscale array.
+levels deep. Where no gutter is clean, the panels are the framed pieces of ink; where art
+runs off the page round panels that share their frame lines, the page is cut the same way
+at its frame lines (`frame_lines`), on a copy turned to undo the scan's skew. A page with
+none of these is one panel. Numpy (and OpenCV) over a greyscale array.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from typing import Final
 
 import numpy as np
 from numpy.typing import NDArray
+
+from manga_page_analysis.analysis.frame_lines import skew, steps, turn, turning
 
 LIGHT: Final = 200 / 255
 """A pixel at least this share as bright as the paper (`paper_level`) counts as paper (200 of
@@ -38,38 +43,27 @@ ROW_OVERLAP: Final = 0.15
 """Panels of a slightly skewed scan overlap their neighbours' boxes: up to this share of the
 smaller one's height (or width) still leaves them in separate rows (or columns)."""
 
+LINE_SIDE: Final = 800
+"""Frame lines are looked for on a copy of the page at most this many pixels on its long side
+(a frame line stays a line; the cost stays small)."""
+LINE_SHARE: Final = 0.8
+"""A row (or column) of a region is a frame line crossing it when such a step runs along at
+least this share of the region (art inside a panel is rarely straight across all of it)."""
+LINE_MIN_LENGTH: Final = 0.25
+"""A frame line is at least this share of the page's short side long: a short straight edge
+in a small piece of the page is art or lettering."""
 Box = tuple[float, float, float, float]
 
 
 def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[Box]:
     """Panel boxes `(x0, y0, x1, y1)` in reading order; at least one (the whole page)."""
     height, width = grey.shape
-    light = grey >= LIGHT * paper_level(grey)
+    paper = paper_level(grey)
+    light = grey >= LIGHT * paper
     short_side = min(height, width)
     min_gutter = max(3, round(MIN_GUTTER * short_side))
     min_panel = max(8, round(MIN_PANEL * short_side))
     panels: list[Box] = []
-
-    def cut(box: tuple[int, int, int, int], across: bool, depth: int) -> None:
-        x0, y0, x1, y1 = box
-        region = light[y0:y1, x0:x1]
-        if region.size == 0 or region.all():
-            return  # blank paper: no panel here
-        pieces = _pieces(region, across, min_gutter, min_panel)
-        if len(pieces) <= 1:
-            other = _pieces(region, not across, min_gutter, min_panel)
-            if len(other) <= 1 or depth >= MAX_DEPTH:
-                panels.append(_trim(region, box))
-                return
-            across, pieces = not across, other
-        if not across and right_to_left:
-            pieces.reverse()
-        for start, end in pieces:
-            child = (x0, y0 + start, x1, y0 + end) if across else (x0 + start, y0, x0 + end, y1)
-            if depth >= MAX_DEPTH:
-                panels.append(_trim(light[child[1] : child[3], child[0] : child[2]], child))
-            else:
-                cut(child, not across, depth + 1)
 
     # A page wider than tall is a spread: its two pages are read in turn (the right-hand
     # one first in manga order), cut at the middle, where the binding's shadow may hide the
@@ -80,15 +74,115 @@ def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[
         if not right_to_left:
             pages.reverse()
     for one_page in pages:
-        found = len(panels)
-        cut(one_page, True, 1 if len(pages) > 1 else 0)
-        if len(panels) - found <= 1:
+        depth = 1 if len(pages) > 1 else 0
+        found = _xy_cut(light, None, one_page, depth, min_gutter, min_panel, right_to_left)
+        if len(found) <= 1:
             # No clean gutters (a skewed or noisy scan): framed panels found as the pieces
             # of ink edged all round by their frame.
-            framed = _framed_panels(light, one_page, min_panel, right_to_left)
-            if framed:
-                panels[found:] = framed
+            found = _framed_panels(light, one_page, min_panel, right_to_left) or found
+        if len(found) == 1 and _bleeds(found[0], one_page, min_gutter):
+            # Art runs off the page, round panels that share frame lines (or a scan too
+            # skewed for its gutters to be straight): cut at the frame lines. A panel with
+            # paper all round it is the page's only panel.
+            x0, y0, x1, y1 = one_page
+            found = _line_panels(grey[y0:y1, x0:x1], paper, depth, right_to_left)
+            found = [(a + x0, b + y0, c + x0, d + y0) for a, b, c, d in found]
+        panels += found
     return panels or [(0.0, 0.0, float(width), float(height))]
+
+
+def _bleeds(panel: Box, page: tuple[int, int, int, int], min_gutter: int) -> bool:
+    """True when the panel reaches an edge of the page (no gutter of paper between)."""
+    margins = (panel[0] - page[0], panel[1] - page[1], page[2] - panel[2], page[3] - panel[3])
+    return min(margins) < min_gutter
+
+
+def _xy_cut(
+    light: NDArray[np.bool_],
+    lines: tuple[NDArray[np.bool_], NDArray[np.bool_]] | None,
+    box: tuple[int, int, int, int],
+    depth: int,
+    min_gutter: int,
+    min_panel: int,
+    right_to_left: bool,
+) -> list[Box]:
+    """The panels of `box` in reading order, cut recursively at gutters or, given `lines`
+    (where the grey level steps across a row, and across a column), at frame lines."""
+    panels: list[Box] = []
+    min_line = LINE_MIN_LENGTH * min(light.shape)
+
+    def pieces(region: tuple[int, int, int, int], across: bool) -> list[tuple[int, int]]:
+        x0, y0, x1, y1 = region
+        if lines is None:
+            return _pieces(light[y0:y1, x0:x1], None, across, min_gutter, min_panel)
+        if (x1 - x0 if across else y1 - y0) < min_line:
+            return [(0, y1 - y0 if across else x1 - x0)]  # too short for a frame line
+        # Between frame lines the cut is inside a panel's frame, where a band of its art
+        # left blank is no gutter: only the lines cut.
+        steps = lines[0 if across else 1][y0:y1, x0:x1]
+        return _pieces(light[y0:y1, x0:x1], steps, across, min_gutter, min_panel)
+
+    def cut(region: tuple[int, int, int, int], across: bool, depth: int) -> None:
+        x0, y0, x1, y1 = region
+        if light[y0:y1, x0:x1].size == 0 or light[y0:y1, x0:x1].all():
+            return  # blank paper: no panel here
+        found = pieces(region, across)
+        if len(found) <= 1:
+            other = pieces(region, not across)
+            if len(other) <= 1 or depth >= MAX_DEPTH:
+                panels.append(_trim(light[y0:y1, x0:x1], region))
+                return
+            across, found = not across, other
+        if not across and right_to_left:
+            found.reverse()
+        for start, end in found:
+            child = (x0, y0 + start, x1, y0 + end) if across else (x0 + start, y0, x0 + end, y1)
+            if depth >= MAX_DEPTH:
+                panels.append(_trim(light[child[1] : child[3], child[0] : child[2]], child))
+            else:
+                cut(child, not across, depth + 1)
+
+    cut(box, True, depth)
+    return panels
+
+
+def _line_panels(grey: NDArray[np.uint8], paper: int, depth: int, right_to_left: bool) -> list[Box]:
+    """The panels of a page cut at its frame lines, found on a copy of the page turned to
+    undo the scan's skew (and shrunk to `LINE_SIDE`); boxes in `grey`'s pixels."""
+    import cv2  # rapidocr's dependency, as in ocr_pipeline
+
+    height, width = grey.shape
+    scale = min(1.0, LINE_SIDE / max(height, width))
+    size = (max(1, round(width * scale)), max(1, round(height * scale)))
+    small = grey
+    if scale < 1:
+        small = np.asarray(cv2.resize(grey, size, interpolation=cv2.INTER_AREA), dtype=np.uint8)
+    angle = skew(small, paper)
+    turned = turn(small, angle, paper)
+    short_side = min(size)
+    panels = _xy_cut(
+        turned >= LIGHT * paper,
+        steps(turned, paper),
+        (0, 0, size[0], size[1]),
+        depth,
+        max(3, round(MIN_GUTTER * short_side)),
+        max(8, round(MIN_PANEL * short_side)),
+        right_to_left,
+    )
+    back = cv2.invertAffineTransform(turning(size, angle))
+    found: list[Box] = []
+    for x0, y0, x1, y1 in panels:
+        corners = np.array([[x0, y0, 1], [x1, y0, 1], [x0, y1, 1], [x1, y1, 1]]) @ back.T
+        xs, ys = corners[:, 0] / scale, corners[:, 1] / scale
+        found.append(
+            (
+                float(max(0.0, xs.min())),
+                float(max(0.0, ys.min())),
+                float(min(width, xs.max())),
+                float(min(height, ys.max())),
+            )
+        )
+    return found
 
 
 def _framed_panels(
@@ -169,14 +263,22 @@ def paper_level(grey: NDArray[np.uint8]) -> int:
 
 
 def _pieces(
-    region: NDArray[np.bool_], across: bool, min_gutter: int, min_panel: int
+    region: NDArray[np.bool_],
+    steps: NDArray[np.bool_] | None,
+    across: bool,
+    min_gutter: int,
+    min_panel: int,
 ) -> list[tuple[int, int]]:
-    """Spans between gutters (`across`: gutters are rows, spans are ranges of rows)."""
-    share = region.mean(axis=1 if across else 0)
-    cut = np.zeros(share.shape, dtype=bool)
-    for start, end in _runs(share >= GUTTER_LIGHT_SHARE):
-        if end - start >= min_gutter:
-            cut[start:end] = True
+    """Spans between gutters, or between frame lines where `steps` is given (`across`:
+    gutters and lines are rows, spans are ranges of rows)."""
+    if steps is not None:
+        cut = steps.mean(axis=1 if across else 0) >= LINE_SHARE
+    else:
+        share = region.mean(axis=1 if across else 0)
+        cut = np.zeros(share.shape, dtype=bool)
+        for start, end in _runs(share >= GUTTER_LIGHT_SHARE):
+            if end - start >= min_gutter:
+                cut[start:end] = True
     pieces = _runs(~cut)
     # A sliver (a caption line, a stray mark) is not a panel: it joins its neighbour.
     merged: list[tuple[int, int]] = []

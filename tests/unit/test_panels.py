@@ -83,3 +83,69 @@ def test_panels_are_found_by_their_frames_where_speckles_fill_the_gutters():
     speckles = np.random.default_rng(0).random(grey.shape) < 0.02
     grey[speckles] = 0  # a dirty scan: no band of paper is clean enough to be a gutter
     close(find_panels(grey), [panels[1], panels[0], panels[2]], tolerance=4)
+
+
+def skewed_page_sharing_frame_lines(degrees: float) -> np.ndarray:
+    """A grey magazine page with no gutter anywhere: dark art bleeds round a framed top panel,
+    and below it a tall right-hand panel and a stack of two on the left share their frame
+    lines. Each panel holds light art crossed by dark strokes that stop short of its frame.
+    The page is turned by `degrees`, as a skewed scan."""
+    from PIL import Image
+
+    grey = np.full((900, 600), 60, dtype=np.uint8)  # art to the edges
+    strokes = np.random.default_rng(1)
+    for x0, y0, x1, y1 in FRAME_LINE_PANELS:
+        grey[y0:y1, x0:x1] = 25  # the frame, 4 px, shared with the neighbour
+        grey[y0 + 4 : y1 - 4, x0 + 4 : x1 - 4] = 215
+        for _ in range(12):  # strokes of art, none running across the whole panel
+            x = int(strokes.integers(x0 + 20, x1 - 60))
+            y = int(strokes.integers(y0 + 20, y1 - 20))
+            grey[y : y + 3, x : x + 40] = 70
+    turned = Image.fromarray(grey).rotate(degrees, resample=Image.BILINEAR, fillcolor=220)
+    return np.asarray(turned)
+
+
+FRAME_LINE_PANELS = [
+    (40, 30, 560, 300),  # the top panel, framed, in the bleed
+    (300, 330, 600, 900),  # the tall right-hand panel
+    (0, 330, 304, 620),  # the left-hand stack, top
+    (0, 616, 304, 900),  # and bottom
+]
+
+
+def reading_indices(found, expected):
+    """For each expected panel, the index of the first found panel holding its centre."""
+    indices = []
+    for x0, y0, x1, y1 in expected:
+        cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+        holding = [i for i, (a, b, c, d) in enumerate(found) if a <= cx <= c and b <= cy <= d]
+        assert holding, (found, (cx, cy))
+        indices.append(holding[0])
+    return indices
+
+
+def test_panels_sharing_frame_lines_on_a_skewed_scan_are_cut_at_the_lines():
+    for degrees in (0.0, 0.8, -1.0):
+        found = find_panels(skewed_page_sharing_frame_lines(degrees))
+        indices = reading_indices(found, FRAME_LINE_PANELS)
+        # The top panel, then the tall right-hand one, then the left-hand stack downwards.
+        assert indices == sorted(set(indices)), (degrees, found)
+
+
+def test_the_straight_side_of_a_caption_box_does_not_cut_its_panel():
+    grey = page(600, 600, [(20, 20, 580, 580)])
+    grey[:, 0:20] = 40  # dark art bleeding off the page: frame lines are looked for
+    grey[300:306, 200:320] = 0  # a caption box's side, a fifth of the panel wide
+    found = find_panels(grey)
+    assert not any(y0 < 303 < y1 and 210 < x1 < 310 for x0, y0, x1, y1 in found), found
+
+
+def test_the_skew_of_a_scan_is_found_from_its_frame_lines_and_none_is_found_on_a_straight_one():
+    from manga_page_analysis.analysis.frame_lines import skew
+
+    for degrees in (0.0, 0.75, -1.25):
+        grey = skewed_page_sharing_frame_lines(degrees)
+        # Turning the page back by the skew found lines its frames up again.
+        assert abs(skew(grey, 215) + degrees) <= 0.25, degrees
+    straight = page(600, 850, [(20, 20, 290, 400), (310, 20, 580, 400)])
+    assert skew(straight, 255) == 0.0
