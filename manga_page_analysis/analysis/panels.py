@@ -47,11 +47,13 @@ LINE_SIDE: Final = 800
 """Frame lines are looked for on a copy of the page at most this many pixels on its long side
 (a frame line stays a line; the cost stays small)."""
 LINE_SHARE: Final = 0.8
-"""A row (or column) of a region is a frame line crossing it when such a step runs along at
-least this share of the region (art inside a panel is rarely straight across all of it)."""
+"""A row (or column) of a region is a frame line crossing it when the grey level steps across
+it (`frame_lines.steps`) along at least this share of the region (art inside a panel is
+rarely straight across all of it)."""
 LINE_MIN_LENGTH: Final = 0.25
 """A frame line is at least this share of the page's short side long: a short straight edge
 in a small piece of the page is art or lettering."""
+
 Box = tuple[float, float, float, float]
 
 
