@@ -98,3 +98,21 @@ def test_a_balloon_whose_thin_outline_has_gaps_is_still_a_balloon():
     placed = in_bubbles([column, caption], grey)
     assert placed[0].bubble is not None
     assert placed[1].bubble is None
+
+
+def test_a_balloon_holding_no_line_is_sought_only_in_paper_wholly_enclosed():
+    """Gaps in an outline are closed to place a line in its balloon, but not to find a
+    balloon holding no line: pockets between strokes of art would close up into balloons."""
+    grey = np.full((800, 500), 230, dtype=np.uint8)  # open paper
+    grey[100:400, 150:350] = 250  # a balloon, wholly enclosed
+    grey[100:104, 150:350] = grey[396:400, 150:350] = 20
+    grey[100:400, 150:154] = grey[100:400, 346:350] = 20
+    grey[120:380, 300:330] = 30  # the column read in it
+    grey[500:640, 200:300] = 20  # strokes of art, round a pocket of paper...
+    grey[501:639, 201:299] = 230
+    grey[500, 210:290:4] = 230  # ...open to the page through gaps of a pixel
+    grey[639, 210:290:4] = 230
+    for top in range(520, 620, 30):  # hatching in the pocket
+        grey[top : top + 20, 240:260] = 30
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    assert empty_bubbles([read], grey) == []
