@@ -40,6 +40,10 @@ EMPTY_MIN_PAPER: Final = 0.6
 gaps between strokes of art are mostly holes)."""
 EMPTY_INK: Final = (0.03, 0.35)
 """... and this share of it ink: lettering, not a blank balloon or a patch of art."""
+OUTLINE_GAP_PX: Final = 1
+"""Gaps this wide in a balloon's outline are closed before its paper is told from the page's:
+on a small scan the outline is a pixel thin, and where its anti-aliased strokes are lighter
+than ink the balloon's paper leaks into the page's (and no line is in a balloon)."""
 INSIDE_BUBBLE: Final = 0.6
 """A line whose own patch is no balloon (its glyphs cut the paper around it, or it touches
 the outline) is in a balloon when this share of its box lies in the balloon's box."""
@@ -47,13 +51,22 @@ the outline) is in a balloon when this share of its box lies in the balloon's bo
 
 def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextLine]:
     """`lines`, each with the balloon (`TextLine.bubble`) it is printed in, or `None`."""
-    import cv2  # rapidocr's dependency
-
     if not lines:
         return []
     _, labels, stats = _paper_patches(grey)
+    return _placed(lines, labels, stats)
+
+
+def _placed(
+    lines: Sequence[TextLine], labels: NDArray[np.int32], stats: NDArray[np.int32]
+) -> list[TextLine]:
+    """`lines`, each with the label of the patch of paper (`_paper_patches`) that is its
+    balloon, or `None`."""
+    import cv2  # rapidocr's dependency
+
     areas = stats[:, cv2.CC_STAT_AREA]
-    height, width = grey.shape
+    height, width = labels.shape
+    page_area = height * width
     found: list[int | None] = []
     for line in lines:
         x0, y0 = max(0, int(line.x0)), max(0, int(line.y0))
@@ -64,7 +77,7 @@ def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextL
         if inside.size:
             label = int(np.bincount(inside).argmax())
             box_area = max(1, (x1 - x0) * (y1 - y0))
-            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * grey.size:
+            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * page_area:
                 bubble = label
         found.append(bubble)
     balloons = {label: stats[label, :4].tolist() for label in found if label is not None}
@@ -128,8 +141,10 @@ def empty_bubbles(
 
     if not lines:
         return []
-    paper, labels, stats = _paper_patches(grey)
-    holding = {line.bubble for line in in_bubbles(lines, grey)}
+    # The paper as it is: with gaps closed, patches between strokes of art close up and
+    # look like balloons (docs/ocr.md).
+    paper, labels, stats = _paper_patches(grey, closed=False)
+    holding = {line.bubble for line in _placed(lines, labels, stats)}
     thickness = float(np.median([line.thickness for line in lines]))
     low_ink, high_ink = EMPTY_INK
     found = []
@@ -155,13 +170,18 @@ def empty_bubbles(
 
 
 def _paper_patches(
-    grey: NDArray[np.uint8],
+    grey: NDArray[np.uint8], *, closed: bool = True
 ) -> tuple[NDArray[np.uint8], NDArray[np.int32], NDArray[np.int32]]:
-    """The paper mask (1: paper), its connected patches' labels and their stats."""
+    """The paper mask (1: paper), its connected patches' labels and their stats. `closed`:
+    the patches are those of the paper with the ink grown by `OUTLINE_GAP_PX`, so that a gap
+    that wide in an outline does not join a balloon to the page; the mask is the paper as it
+    is either way."""
     import cv2
 
     paper = np.ascontiguousarray(grey >= LIGHT * paper_level(grey), dtype=np.uint8)
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(paper, connectivity=4)
+    kernel = np.ones((OUTLINE_GAP_PX + 1, OUTLINE_GAP_PX + 1), dtype=np.uint8)
+    shut = cv2.erode(paper, kernel) if closed else paper
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(shut, connectivity=4)
     return paper, np.asarray(labels, dtype=np.int32), np.asarray(stats, dtype=np.int32)
 
 

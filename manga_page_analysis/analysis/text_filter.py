@@ -7,6 +7,7 @@ in recall, are in docs/ocr.md ("What is not text"); the thresholds are the const
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import unicodedata
 from collections.abc import Sequence
@@ -50,7 +51,11 @@ def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) 
     """The page's dialogue blocks in reading order. `grey`: the page (for its panels)."""
     kept = dialogue_lines(lines)
     if is_japanese(kept):
-        kept = [line for line in kept if not has_foreign_ideograph(line.text)]
+        kept = [
+            dataclasses.replace(line, text=with_wave_dash(line.text))
+            for line in kept
+            if not has_foreign_ideograph(line.text)
+        ]
     if grey is not None:
         kept = in_bubbles(kept, grey)
     right_to_left = is_right_to_left(kept)
@@ -74,6 +79,18 @@ def is_japanese(lines: Sequence[TextLine]) -> bool:
     cjk = [char for line in lines for char in line.text if _is_ideograph(char) or _is_kana(char)]
     kana = sum(1 for char in cjk if _is_kana(char))
     return bool(cjk) and kana >= MIN_KANA_SHARE * len(cjk)
+
+
+TILDES: Final = str.maketrans({"\uff5e": "\u301c", "~": "\u301c"})
+"""Fullwidth and ASCII tilde to the wave dash (U+301C)."""
+
+
+def with_wave_dash(text: str) -> str:
+    """`text` (Japanese) with its tildes written as the wave dash 〜 (どうでしょう〜？). The
+    recogniser gives the fullwidth tilde ～ (U+FF5E: the one JIS character, 1-33, as Windows
+    code page 932 maps it) or an ASCII ~ for it; in Japanese text it is the wave dash, and a
+    tilde is none once NFKC-normalised (～ becomes ~)."""
+    return text.translate(TILDES)
 
 
 def has_foreign_ideograph(text: str) -> bool:

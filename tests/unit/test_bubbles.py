@@ -46,7 +46,8 @@ def test_a_balloon_with_a_column_no_line_covers_is_read_again():
     grey[120:380, 262:292] = 30  # a second column, which the detection missed
     read = TextLine(296, 116, 334, 384, "まあドンマイ")
     missed = TextLine(258, 116, 294, 384, "だよな")
-    assert uncovered_bubbles([read], grey) == [(154, 104, 346, 396)]
+    # The balloon's paper, less the pixel its outline is grown by at the top and left.
+    assert uncovered_bubbles([read], grey) == [(155, 105, 346, 396)]
     assert uncovered_bubbles([read, missed], grey) == []
 
 
@@ -81,3 +82,37 @@ def test_paper_winding_round_the_art_is_not_read_again():
     line = TextLine(96, 42, 304, 72, "おしらせ")
     assert in_bubbles([line], grey)[0].bubble is not None
     assert uncovered_bubbles([line], grey) == []
+
+
+def test_a_balloon_whose_thin_outline_has_gaps_is_still_a_balloon():
+    """On a small scan a balloon's outline is a pixel thin, and broken where its strokes are
+    lighter than ink: the gaps are closed, so its paper does not run into the page's."""
+    grey = np.full((400, 300), 230, dtype=np.uint8)  # open paper all round
+    grey[100:300, 100:200] = 20  # the outline, one pixel thick...
+    grey[101:299, 101:199] = 250  # ...round the balloon's paper
+    grey[100, 110:190:4] = 230  # broken every fourth pixel, top and bottom
+    grey[299, 110:190:4] = 230
+    grey[120:280, 150:170] = 30  # a column of text in the balloon
+    column = TextLine(148, 118, 172, 282, "ゆ…夢か")
+    caption = TextLine(210, 118, 234, 282, "第21話")  # beside it, on open paper
+    placed = in_bubbles([column, caption], grey)
+    assert placed[0].bubble is not None
+    assert placed[1].bubble is None
+
+
+def test_a_balloon_holding_no_line_is_sought_only_in_paper_wholly_enclosed():
+    """Gaps in an outline are closed to place a line in its balloon, but not to find a
+    balloon holding no line: pockets between strokes of art would close up into balloons."""
+    grey = np.full((800, 500), 230, dtype=np.uint8)  # open paper
+    grey[100:400, 150:350] = 250  # a balloon, wholly enclosed
+    grey[100:104, 150:350] = grey[396:400, 150:350] = 20
+    grey[100:400, 150:154] = grey[100:400, 346:350] = 20
+    grey[120:380, 300:330] = 30  # the column read in it
+    grey[500:640, 200:300] = 20  # strokes of art, round a pocket of paper...
+    grey[501:639, 201:299] = 230
+    grey[500, 210:290:4] = 230  # ...open to the page through gaps of a pixel
+    grey[639, 210:290:4] = 230
+    for top in range(520, 620, 30):  # hatching in the pocket
+        grey[top : top + 20, 240:260] = 30
+    read = TextLine(296, 116, 334, 384, "まあドンマイ")
+    assert empty_bubbles([read], grey) == []

@@ -103,3 +103,13 @@ def test_on_a_japanese_page_a_line_with_an_ideograph_japanese_does_not_use_is_dr
 def test_a_chinese_page_keeps_its_simplified_ideographs():
     lines = [column(400, 100, "这是严重的问题"), column(300, 100, "丰富")]
     assert sorted(block.text for block in read_page(lines)) == ["丰富", "这是严重的问题"]
+
+
+def test_on_a_japanese_page_a_tilde_is_the_wave_dash():
+    lines = [column(400, 100, "どうでしょう～？"), column(300, 100, "わかるかな~？")]
+    assert [block.text for block in read_page(lines)] == ["どうでしょう〜？", "わかるかな〜？"]
+
+
+def test_on_an_english_page_a_tilde_stays_a_tilde():
+    line = TextLine(100, 100, 400, 130, "about ~3 days", 1.0)
+    assert [block.text for block in read_page([line])] == ["about ~3 days"]
