@@ -5,8 +5,9 @@ resolves (and downloads) a default model.
 
 Threads: worker threads share one engine without a lock. ONNX Runtime documents
 `InferenceSession.run` as safe to call concurrently, and the model wrappers of rapidocr 3.x
-keep per-call state on the stack (rapidocr loads its sessions under its own locks; the only
-shared write per call is its detector's stateless pre-processor, rebuilt identically).
+keep per-call state on the stack (rapidocr loads its sessions under its own locks; its
+detector's pre-processor, which its own call rebuilds into a shared attribute, is built per
+call by `ocr_pipeline` instead).
 """
 
 from __future__ import annotations
