@@ -143,7 +143,6 @@ def _split_merged_columns(
     if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
         return boxes, texts, scores
     typical = statistics.median(_thickness(box) for box in columns)
-    grey = source.mean(axis=2)
     kept_boxes: list[NDArray[np.float32]] = []
     kept_texts: list[str] = []
     kept_scores: list[float] = []
@@ -154,7 +153,7 @@ def _split_merged_columns(
             and score < MERGED_COLUMN_BELOW
             and _thickness(box) >= MERGED_COLUMN_RATIO * typical
         ):
-            halves = _halves(box, grey)
+            halves = _halves(box, source)
         if halves:
             crops = [get_rotate_crop_image(source, half.copy()) for half in halves]
             again = recogniser(TextRecInput(img=crops))
@@ -176,13 +175,15 @@ def _split_merged_columns(
     return kept_boxes, kept_texts, kept_scores
 
 
-def _halves(box: NDArray[np.float32], grey: NDArray[Any]) -> list[NDArray[np.float32]]:
+def _halves(box: NDArray[np.float32], source: NDArray[np.uint8]) -> list[NDArray[np.float32]]:
     """A column box cut in two (right half first) down the band of its middle third that
-    holds the least ink; none when it is too thin to cut."""
+    holds the least ink; none when it is too thin to cut. `source`: the image (BGR); only
+    the box's pixels are made grey (the whole page's take 40 ms)."""
     x0, y0 = box.min(axis=0)
     x1, y1 = box.max(axis=0)
     left, right = int(x0), int(np.ceil(x1))
-    ink = (grey[int(y0) : int(np.ceil(y1)), left:right] < INK_LEVEL).sum(axis=0)
+    grey = source[int(y0) : int(np.ceil(y1)), left:right].mean(axis=2)
+    ink = (grey < INK_LEVEL).sum(axis=0)
     if ink.size < 3:
         return []
     third = ink.size // 3
