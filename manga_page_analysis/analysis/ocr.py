@@ -170,15 +170,17 @@ class OcrAnalyzer:
                 with tempfile.TemporaryDirectory(prefix="ocr-models-") as scratch:
                     # The detector runs the wheel's model with its denormal weights set to
                     # zero: a third of the CPU, the same boxes (ocr_weights). rapidocr builds
-                    # its sessions on their first use, the warm-up, while the file is there.
+                    # a session on its first use: the detector's is built while the file is
+                    # there (the session keeps no tie to it).
                     det_model = Path(scratch) / self.det_model_path.name
                     write_flushed_model(self.det_model_path, det_model)
                     params["Det.model_path"] = str(det_model)
-                    engine = RapidOCR(params=params)
-                    image = Image.new("RGB", (320, 64), "white")
-                    font = ImageFont.load_default(30)
-                    ImageDraw.Draw(image).text((16, 14), WARM_UP_TEXT, fill="black", font=font)
-                    warm_up = " ".join(block.text for block in self._read(engine, image))
+                    engine: Any = RapidOCR(params=params)
+                    engine._load_det_model()
+                image = Image.new("RGB", (320, 64), "white")
+                font = ImageFont.load_default(30)
+                ImageDraw.Draw(image).text((16, 14), WARM_UP_TEXT, fill="black", font=font)
+                warm_up = " ".join(block.text for block in self._read(engine, image))
             except Exception as exc:
                 raise OcrModelError(
                     f"OCR models failed to load: {type(exc).__name__}: {exc}"
