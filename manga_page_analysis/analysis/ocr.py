@@ -5,8 +5,9 @@ resolves (and downloads) a default model.
 
 Threads: worker threads share one engine without a lock. ONNX Runtime documents
 `InferenceSession.run` as safe to call concurrently, and the model wrappers of rapidocr 3.x
-keep per-call state on the stack (rapidocr loads its sessions under its own locks; the only
-shared write per call is its detector's stateless pre-processor, rebuilt identically).
+keep per-call state on the stack (rapidocr loads its sessions under its own locks; its
+detector's pre-processor, which its own call rebuilds into a shared attribute, is built per
+call by `ocr_pipeline` instead).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import importlib.metadata
 import importlib.util
 import io
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +34,7 @@ from manga_page_analysis.analysis.bubbles import empty_bubbles, uncovered_bubble
 from manga_page_analysis.analysis.images import PreparedImage, undecodable
 from manga_page_analysis.analysis.layout import Block
 from manga_page_analysis.analysis.ocr_pipeline import read_lines
+from manga_page_analysis.analysis.ocr_weights import write_flushed_model
 from manga_page_analysis.analysis.text_filter import read_page
 from manga_page_analysis.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
@@ -162,10 +165,18 @@ class OcrAnalyzer:
                     # No memory arena: it keeps the peak of the largest page for good.
                     "EngineConfig.onnxruntime.enable_cpu_mem_arena": False,
                     "Global.log_level": "error",
-                    "Det.model_path": str(self.det_model_path),
                     "Rec.model_path": str(self.rec_model_path),
                 }
-                engine = RapidOCR(params=params)
+                with tempfile.TemporaryDirectory(prefix="ocr-models-") as scratch:
+                    # The detector runs the wheel's model with its denormal weights set to
+                    # zero: a third of the CPU, the same boxes (ocr_weights). rapidocr builds
+                    # a session on its first use: the detector's is built while the file is
+                    # there (the session keeps no tie to it).
+                    det_model = Path(scratch) / self.det_model_path.name
+                    write_flushed_model(self.det_model_path, det_model)
+                    params["Det.model_path"] = str(det_model)
+                    engine: Any = RapidOCR(params=params)
+                    engine._load_det_model()
                 image = Image.new("RGB", (320, 64), "white")
                 font = ImageFont.load_default(30)
                 ImageDraw.Draw(image).text((16, 14), WARM_UP_TEXT, fill="black", font=font)

@@ -143,7 +143,6 @@ def _split_merged_columns(
     if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
         return boxes, texts, scores
     typical = statistics.median(_thickness(box) for box in columns)
-    grey = source.mean(axis=2)
     kept_boxes: list[NDArray[np.float32]] = []
     kept_texts: list[str] = []
     kept_scores: list[float] = []
@@ -154,7 +153,7 @@ def _split_merged_columns(
             and score < MERGED_COLUMN_BELOW
             and _thickness(box) >= MERGED_COLUMN_RATIO * typical
         ):
-            halves = _halves(box, grey)
+            halves = _halves(box, source)
         if halves:
             crops = [get_rotate_crop_image(source, half.copy()) for half in halves]
             again = recogniser(TextRecInput(img=crops))
@@ -176,13 +175,15 @@ def _split_merged_columns(
     return kept_boxes, kept_texts, kept_scores
 
 
-def _halves(box: NDArray[np.float32], grey: NDArray[Any]) -> list[NDArray[np.float32]]:
+def _halves(box: NDArray[np.float32], source: NDArray[np.uint8]) -> list[NDArray[np.float32]]:
     """A column box cut in two (right half first) down the band of its middle third that
-    holds the least ink; none when it is too thin to cut."""
+    holds the least ink; none when it is too thin to cut. `source`: the image (BGR); only
+    the box's pixels are made grey (the whole page's take 40 ms)."""
     x0, y0 = box.min(axis=0)
     x1, y1 = box.max(axis=0)
     left, right = int(x0), int(np.ceil(x1))
-    ink = (grey[int(y0) : int(np.ceil(y1)), left:right] < INK_LEVEL).sum(axis=0)
+    grey = source[int(y0) : int(np.ceil(y1)), left:right].mean(axis=2)
+    ink = (grey < INK_LEVEL).sum(axis=0)
     if ink.size < 3:
         return []
     third = ink.size // 3
@@ -237,11 +238,36 @@ def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArr
     if scale != 1.0:
         size = (max(32, round(width * scale)), max(32, round(height * scale)))
         scaled = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    found = detector(scaled)
-    if found.boxes is None:
+    found = _run_detector(detector, scaled)
+    if found is None:
         return []
     back = np.array([width / scaled.shape[1], height / scaled.shape[0]], dtype=np.float32)
-    return [np.asarray(box, dtype=np.float32) * back for box in found.boxes]
+    return [np.asarray(box, dtype=np.float32) * back for box in found]
+
+
+def _run_detector(detector: Any, image: NDArray[Any]) -> NDArray[np.int32] | None:
+    """The boxes rapidocr's detector finds in `image` (BGR), sorted as it sorts them; None
+    when it finds none. What its own call does, with two costs left out: it rebuilds its
+    pre-processor on every call (reading its settings through OmegaConf), and normalises the
+    image in float64. Here it is normalised in float32, to the same bits: with a mean and
+    standard deviation of 0.5, the subtraction is rounded once either way and the division
+    is exact."""
+    from rapidocr.ch_ppocr_det.utils import DetPreProcess
+
+    prepare = DetPreProcess(
+        detector.limit_side_len, detector.limit_type, list(detector.mean), list(detector.std)
+    )
+    resized = prepare.resize(image)  # to a multiple of 32 px, as the network requires
+    if resized is None:
+        return None
+    mean, std = prepare.mean.astype(np.float32), prepare.std.astype(np.float32)
+    normalized = (resized.astype(np.float32) * np.float32(prepare.scale) - mean) / std
+    batch = np.ascontiguousarray(normalized.transpose(2, 0, 1)[np.newaxis])
+    boxes, _ = detector.postprocess_op(detector.session(batch), image.shape[:2])
+    if len(boxes) < 1:
+        return None
+    sorted_boxes: NDArray[np.int32] = detector.sorted_boxes(boxes)
+    return sorted_boxes
 
 
 def _thickness(box: NDArray[np.float32]) -> float:
