@@ -19,8 +19,10 @@ from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
+from PIL import Image
 
-from manga_page_analysis.analysis.layout import VERTICAL_RATIO, Block
+from manga_page_analysis.analysis.layout import VERTICAL_RATIO, Block, TextLine
+from manga_page_analysis.analysis.panels import LIGHT, paper_level
 
 INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink."""
@@ -34,6 +36,43 @@ UPRIGHT_MIN_SCORE: Final = 0.9
 """The cell read upright is taken only as confidently as this."""
 UPRIGHT_MARKS: Final = frozenset("!?")
 """What is set upright two to a cell (after NFKC: ！ is !)."""
+LONE_MIN_AREA: Final = 1.5
+"""A balloon holding only a mark is at least this many squares of the page's median line
+thickness (a character with a margin round it)."""
+LONE_MIN_SIDE: Final = 1.2
+"""... each side at least this many thicknesses."""
+LONE_MAX_AREA: Final = 0.05
+"""... and at most this share of the page (a larger patch of paper is a panel's sky)."""
+LONE_MIN_PAPER: Final = 0.8
+"""... and at least this share of the area within its outline is paper (a mark is little ink;
+the gaps between strokes of art are mostly holes)."""
+LONE_MAX_PIECES: Final = 12
+"""Its ink is at most this many pieces (four two-dot leaders are eight)."""
+DOT_MAX_SIZE: Final = 0.3
+"""A dot of an ellipsis is at most this many line thicknesses across, ..."""
+DOT_MAX_RATIO: Final = 2.0
+"""... and the dots of one ellipsis are alike: none this many times as large as another (see
+`_marks_in`)."""
+DOT_MAX_PITCH: Final = 4.0
+"""The dots of an ellipsis are set close: at most this many dots' sizes apart (specks
+scattered over a patch are not)."""
+DOTS_SCORE: Final = 0.9
+"""The score given to an ellipsis found by its dots (it is not recognised)."""
+LONE_MIN_ROUND: Final = 0.6
+"""... and its outline fills at least this share of its box (a balloon is round; paper
+between strokes of art winds)."""
+LONE_MAX_LENGTH: Final = 5.0
+"""Its ink is at most this many line thicknesses long (a few cells of dots), ..."""
+LONE_MIN_LENGTH: Final = 0.3
+"""... at least this many long (not a speck) ..."""
+LONE_MAX_WIDTH: Final = 0.6
+"""... and at most this many wide: one narrow column (or row) of marks."""
+LONE_CELL: Final = 1.2
+"""Ink that is not dots is recognised when it is at most this many thicknesses long: a cell."""
+LONE_PAD: Final = 0.25
+"""Paper kept round the marks' ink when it is recognised, in line thicknesses."""
+LONE_MIN_SCORE: Final = 0.5
+"""A lone mark is taken when read at least this confidently."""
 WHOLE_IMAGE_SHARE: Final = 0.5
 """A block whose box covers this share of the image is the image's one piece of lettering."""
 FULL_WIDTH: Final = str.maketrans({"!": "！", "?": "？"})
@@ -145,3 +184,122 @@ def whole_image_lettering(blocks: Sequence[Block], size: tuple[int, int]) -> lis
         for block in blocks
         if block.text and (block.x1 - block.x0) * (block.y1 - block.y0) >= WHOLE_IMAGE_SHARE * area
     ][:1]
+
+
+def lone_marks(
+    engine: Any, page: Image.Image, lines: Sequence[TextLine], grey: NDArray[np.uint8]
+) -> list[TextLine]:
+    """Balloons holding nothing but marks ("……", "！", "‥‥"), as lines: the detector does not
+    find marks on their own. A balloon here is a patch of paper holding no line, at least
+    `LONE_MIN_AREA` squares of the page's median line thickness (each side `LONE_MIN_SIDE`)
+    and at most `LONE_MAX_AREA` of the page, round (`LONE_MIN_ROUND`) and mostly paper within
+    its outline (`LONE_MIN_PAPER`), whose ink is one narrow column or row of small pieces
+    (`_marks_in`). Two or more dots in a line are an ellipsis of that many dots; other ink
+    within one cell is recognised upright, and taken when read as ！ or ？ marks alone at
+    least `LONE_MIN_SCORE` confidently."""
+    import cv2
+    from rapidocr.ch_ppocr_rec import TextRecInput
+
+    if not lines:
+        return []
+    thickness = float(np.median([line.thickness for line in lines]))
+    paper = np.ascontiguousarray(grey >= LIGHT * paper_level(grey), dtype=np.uint8)
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(paper, connectivity=4)
+    holding = set()  # the patch of paper round each line: the commonest in its box
+    for line in lines:
+        inside = labels[int(line.y0) : int(np.ceil(line.y1)), int(line.x0) : int(np.ceil(line.x1))]
+        inside = inside[inside > 0]
+        if inside.size:
+            holding.add(int(np.bincount(inside).argmax()))
+    found: list[TextLine] = []
+    cells: list[tuple[int, int, int, int]] = []
+    w, h, area = (stats[:, index].astype(np.int64) for index in (2, 3, 4))
+    candidates = (
+        (area >= LONE_MIN_AREA * thickness**2)
+        & (np.minimum(w, h) >= LONE_MIN_SIDE * thickness)
+        & (w * h <= LONE_MAX_AREA * grey.size)
+    )
+    candidates[0] = False  # ink
+    for label in np.flatnonzero(candidates).tolist():
+        if label in holding:
+            continue
+        left, top, width, height = stats[label, :4].tolist()
+        window = slice(top, top + height), slice(left, left + width)
+        marks = _marks_in(labels[window] == label, paper[window], thickness)
+        if marks is None:
+            continue
+        (x0, y0, x1, y1), dots = marks
+        x0, y0, x1, y1 = x0 + left, y0 + top, x1 + left, y1 + top
+        if dots:
+            found.append(TextLine(x0, y0, x1, y1, ellipsis(dots), DOTS_SCORE))
+        elif max(x1 - x0, y1 - y0) <= LONE_CELL * thickness:
+            cells.append((x0, y0, x1, y1))
+    if not cells:
+        return found
+    source = np.asarray(page)[:, :, ::-1]  # BGR, as rapidocr reads an image
+    crops = []
+    for x0, y0, x1, y1 in cells:
+        # A square of paper round the ink, so that it is read upright.
+        side = max(x1 - x0, y1 - y0) + 2 * max(2, round(LONE_PAD * thickness))
+        left, top = max(0, (x0 + x1 - side) // 2), max(0, (y0 + y1 - side) // 2)
+        crops.append(np.ascontiguousarray(source[top : top + side, left : left + side]))
+    read = engine._load_rec_model()(TextRecInput(img=crops))
+    for (x0, y0, x1, y1), reading, score in zip(cells, read.txts, read.scores, strict=True):
+        text = "".join(unicodedata.normalize("NFKC", reading).split())
+        if text and set(text) <= UPRIGHT_MARKS and float(score) >= LONE_MIN_SCORE:
+            found.append(TextLine(x0, y0, x1, y1, text.translate(FULL_WIDTH), float(score)))
+    return found
+
+
+def ellipsis(dots: int) -> str:
+    """`dots` dots written as the print groups them: three-dot ellipses (…) when they divide
+    by three, else two-dot leaders (‥), else an ellipsis and leaders ("…‥" for five)."""
+    if dots % 3 == 0:
+        return "…" * (dots // 3)
+    if dots % 2 == 0 or dots < 3:
+        return "‥" * max(1, dots // 2)
+    return "…" + ellipsis(dots - 3)
+
+
+def _marks_in(
+    patch: NDArray[np.bool_], paper: NDArray[np.uint8], thickness: float
+) -> tuple[tuple[int, int, int, int], int] | None:
+    """The box (x0, y0, x1, y1 in the patch's pixels) of the ink inside the paper `patch`, and
+    how many dots it is (0: not dots alone), when the patch is round and mostly paper and its
+    ink one narrow column or row of at most `LONE_MAX_PIECES` pieces, each within a
+    character's cell (`lone_marks`); else None. Dots: two or more round pieces in one line,
+    each at most `DOT_MAX_SIZE` thicknesses, none more than `DOT_MAX_RATIO` times as large as
+    another (nor as long as it is wide); the line no wider than `DOT_MAX_RATIO` dots (a
+    screentone's grid of dots is wider), nor longer than `DOT_MAX_PITCH` dots per dot."""
+    import cv2
+
+    mask = np.ascontiguousarray(patch, dtype=np.uint8)
+    contours, _ = cv2.findContours(mask, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    filled = np.zeros_like(mask)
+    cv2.drawContours(filled, contours, -1, 1, thickness=cv2.FILLED)
+    inside = int(filled.sum())
+    if inside < LONE_MIN_ROUND * mask.size or int(mask.sum()) < LONE_MIN_PAPER * inside:
+        return None
+    ink = np.ascontiguousarray((filled > 0) & (paper == 0), dtype=np.uint8)
+    _, _, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    pieces = stats[1:]
+    if not 1 <= len(pieces) <= LONE_MAX_PIECES or (pieces[:, 2:4] > thickness).any():
+        return None  # nothing, or lettering, or a piece larger than a character: art
+    x0, y0 = int(pieces[:, 0].min()), int(pieces[:, 1].min())
+    x1 = int((pieces[:, 0] + pieces[:, 2]).max())
+    y1 = int((pieces[:, 1] + pieces[:, 3]).max())
+    thin, long = sorted((x1 - x0, y1 - y0))
+    if thin > LONE_MAX_WIDTH * thickness or not (
+        LONE_MIN_LENGTH * thickness <= long <= LONE_MAX_LENGTH * thickness
+    ):
+        return None
+    sizes = pieces[:, 2:4].max(axis=1)
+    dots = (
+        len(pieces) >= 2
+        and int(sizes.max()) <= DOT_MAX_SIZE * thickness
+        and int(sizes.max()) <= DOT_MAX_RATIO * int(sizes.min())
+        and bool((sizes <= DOT_MAX_RATIO * pieces[:, 2:4].min(axis=1) + 1).all())
+        and thin <= DOT_MAX_RATIO * int(sizes.max())
+        and long <= DOT_MAX_PITCH * len(pieces) * int(sizes.max())
+    )
+    return (x0, y0, x1, y1), len(pieces) if dots else 0

@@ -12,6 +12,8 @@ from PIL import Image, ImageDraw
 
 from manga_page_analysis.analysis.layout import TextLine
 from manga_page_analysis.analysis.marks import (
+    ellipsis,
+    lone_marks,
     read_marks,
     tail_pair,
     upright_pair,
@@ -134,3 +136,93 @@ def test_doubtful_lettering_on_a_page_is_still_dropped():
     grey = np.full((1170, 827), 255, dtype=np.uint8)
     effect = TextLine(400, 300, 469, 613, "ピンポーーン", 0.49)
     assert read_page([effect], grey) == []
+
+
+class Engine:
+    """rapidocr's engine, as `lone_marks` uses it: its recogniser."""
+
+    def __init__(self, recogniser: Recogniser) -> None:
+        self.recogniser = recogniser
+
+    def _load_rec_model(self) -> Recogniser:
+        return self.recogniser
+
+
+def page_with_balloon(draw_inside: str) -> tuple[Image.Image, list[TextLine]]:
+    """A page with a bubble of two columns (the page's lines, 24 px thick) and a small round
+    balloon holding `draw_inside`: "dots" (six dots down a column), "bang" (！: a bar and its
+    dot), "grid" (a screentone's grid of dots) or "word" (a character's worth of strokes)."""
+    page = Image.new("RGB", (600, 400), "white")
+    draw = ImageDraw.Draw(page)
+    draw.ellipse((20, 20, 200, 300), outline="black", width=3)
+    for left in (80, 120):
+        draw.rectangle((left, 60, left + 20, 250), fill="black")
+    lines = [
+        TextLine(78, 58, 102, 252, "ないわよ", 0.99),
+        TextLine(118, 58, 142, 252, "何よ", 0.99),
+    ]
+    draw.ellipse((300, 100, 380, 220), outline="black", width=3)
+    if draw_inside == "dots":
+        for top in range(130, 190, 10):
+            draw.rectangle((338, top, 341, top + 3), fill="black")
+    elif draw_inside == "bang":
+        draw.rectangle((338, 145, 341, 160), fill="black")
+        draw.rectangle((338, 164, 341, 167), fill="black")
+    elif draw_inside == "grid":
+        for top in range(130, 190, 10):
+            for left in (325, 338, 351):
+                draw.rectangle((left, top, left + 3, top + 3), fill="black")
+    else:
+        draw.rectangle((328, 150, 352, 153), fill="black")
+        draw.rectangle((338, 140, 341, 170), fill="black")
+    return page, lines
+
+
+def grey_of(page: Image.Image) -> np.ndarray:
+    return np.asarray(page.convert("L"))
+
+
+def test_a_balloon_of_dots_alone_is_an_ellipsis_of_as_many_dots():
+    page, lines = page_with_balloon("dots")
+    recogniser = Recogniser("", 0.0)
+    found = lone_marks(Engine(recogniser), page, lines, grey_of(page))
+    assert [line.text for line in found] == ["……"]
+    (line,) = found
+    assert (line.x0, line.x1) == (338, 342)
+    assert 125 <= line.y0 <= 130 and 180 <= line.y1 <= 190
+    assert recogniser.sizes == []  # counted, not recognised
+
+
+def test_a_lone_mark_in_a_balloon_is_read_upright():
+    page, lines = page_with_balloon("bang")
+    recogniser = Recogniser("!", 0.9)
+    assert [line.text for line in lone_marks(Engine(recogniser), page, lines, grey_of(page))] == [
+        "！"
+    ]
+    (size,) = recogniser.sizes
+    assert size[0] == size[1]  # a square cell: not laid on its side
+
+
+def test_a_lone_cell_read_as_a_letter_or_doubtfully_is_not_a_mark():
+    for reading, score in (("l", 0.95), ("!", 0.3)):
+        page, lines = page_with_balloon("bang")
+        assert lone_marks(Engine(Recogniser(reading, score)), page, lines, grey_of(page)) == []
+
+
+def test_a_screentone_a_character_or_a_balloon_with_lines_is_not_a_lone_mark():
+    for inside in ("grid", "word"):
+        page, lines = page_with_balloon(inside)
+        recogniser = Recogniser("!", 0.99)
+        assert lone_marks(Engine(recogniser), page, lines, grey_of(page)) == []
+    page, lines = page_with_balloon("dots")
+    in_the_balloon = TextLine(330, 125, 350, 195, "……", 0.9)
+    found = lone_marks(Engine(Recogniser("", 0.0)), page, [*lines, in_the_balloon], grey_of(page))
+    assert found == []
+
+
+def test_dots_are_written_as_the_print_groups_them():
+    assert ellipsis(6) == "……"
+    assert ellipsis(8) == "‥‥‥‥"
+    assert ellipsis(2) == "‥"
+    assert ellipsis(5) == "…‥"
+    assert ellipsis(7) == "…‥‥"
