@@ -33,6 +33,7 @@ from manga_page_analysis.analysis.answer import Analysis
 from manga_page_analysis.analysis.bubbles import empty_bubbles, uncovered_bubbles
 from manga_page_analysis.analysis.images import PreparedImage, undecodable
 from manga_page_analysis.analysis.layout import Block
+from manga_page_analysis.analysis.marks import lone_marks
 from manga_page_analysis.analysis.ocr_pipeline import read_lines
 from manga_page_analysis.analysis.ocr_weights import write_flushed_model
 from manga_page_analysis.analysis.text_filter import read_page
@@ -272,6 +273,7 @@ class OcrAnalyzer:
             known = [line.moved(-x0, -y0) for line in lines]
             again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
             lines += [line.moved(x0, y0) for line in again]
+        lines += lone_marks(engine, page, lines, grey)  # "……" alone in a balloon
         return read_page(lines, grey)
 
 

@@ -19,6 +19,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
 from manga_page_analysis.analysis.layout import VERTICAL_RATIO, TextLine
+from manga_page_analysis.analysis.marks import read_marks
 from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
 
 PAD_SHARE: Final = 0.05
@@ -113,6 +114,7 @@ def read_lines(
         recogniser, crops, list(recognised.txts), list(recognised.scores)
     )
     boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    texts = read_marks(recogniser, source, boxes, texts)
     lines = []
     # Boxes grow into the paper added around the page: clipped back to the page.
     limit = np.array(page.size, dtype=np.float32)

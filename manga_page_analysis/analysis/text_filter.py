@@ -18,6 +18,7 @@ from numpy.typing import NDArray
 
 from manga_page_analysis.analysis.bubbles import in_bubbles
 from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
+from manga_page_analysis.analysis.marks import whole_image_lettering
 from manga_page_analysis.analysis.panels import find_panels
 
 FURIGANA_MAX_RATIO: Final = 0.7
@@ -61,7 +62,11 @@ def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) 
     right_to_left = is_right_to_left(kept)
     panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
     blocks = reading_order(kept, panels, right_to_left=right_to_left)
-    return dialogue_blocks([block for block in blocks if block.text])
+    read = dialogue_blocks([block for block in blocks if block.text])
+    if not read and grey is not None:
+        # An image that is one piece of lettering was sent to be read: no page rules.
+        read = whole_image_lettering(blocks, (grey.shape[1], grey.shape[0]))
+    return read
 
 
 def is_right_to_left(lines: Sequence[TextLine]) -> bool:

@@ -1,0 +1,224 @@
+"""Marks the recogniser loses: two marks set upright in the last cell of a column are read
+upright and added, and an image that is one piece of lettering is read (columns drawn with
+PIL; a recogniser that answers as told)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from manga_page_analysis.analysis.layout import TextLine
+from manga_page_analysis.analysis.marks import (
+    ellipsis,
+    lone_marks,
+    read_marks,
+    tail_pair,
+    upright_pair,
+)
+from manga_page_analysis.analysis.text_filter import read_page
+
+CELL = 24
+"""A character's cell, in pixels: the column is this thick."""
+
+
+def column(last: str, cells: int = 4) -> np.ndarray:
+    """A column of `cells` cells of wide strokes (a kana's ink spans its cell) and a last cell
+    drawn as `last`: "pair" (！！ upright: two bars, each with its dot below), "one" (a single
+    bar and dot) or "wide" (a kana). BGR, white paper, 8 px of paper around the column."""
+    height = 16 + CELL * (cells + 1)
+    image = Image.new("RGB", (CELL + 16, height), "white")
+    draw = ImageDraw.Draw(image)
+    for index in range(cells + 1):
+        top = 8 + CELL * index + 2
+        if index < cells or last == "wide":
+            draw.rectangle((11, top, 8 + CELL - 3, top + 3), fill="black")
+            draw.rectangle((11, top + 8, 8 + CELL - 3, top + 11), fill="black")
+            draw.rectangle((18, top, 21, top + CELL - 6), fill="black")
+            continue
+        bars = (14, 24) if last == "pair" else (19,)
+        for left in bars:
+            draw.rectangle((left, top, left + 3, top + 12), fill="black")
+            draw.rectangle((left, top + 15, left + 3, top + 18), fill="black")
+    return np.asarray(image)[:, :, ::-1].copy()
+
+
+def box_of(image: np.ndarray) -> np.ndarray:
+    """The column's box, as the detector gives it: a little paper around the ink."""
+    height = image.shape[0]
+    return np.array([[6, 6], [6 + CELL + 4, 6], [6 + CELL + 4, height - 6], [6, height - 6]], float)
+
+
+def test_the_last_cell_of_a_column_holding_two_upright_marks_is_found():
+    image = column("pair")
+    cell = tail_pair(image.mean(axis=2), box_of(image))
+    assert cell is not None
+    x0, y0, x1, y1 = cell
+    last_cell_top = 8 + CELL * 4
+    assert last_cell_top <= y0 <= last_cell_top + 2  # the dots' own gap did not end the cell
+    assert last_cell_top + 18 < y1 <= image.shape[0] - 6
+    assert (x0, x1) == (6, 6 + CELL + 4)
+
+
+def test_a_column_ending_in_a_kana_or_a_single_mark_has_no_pair():
+    for last in ("wide", "one"):
+        image = column(last)
+        assert tail_pair(image.mean(axis=2), box_of(image)) is None
+
+
+def test_a_confident_pair_of_marks_read_upright_is_added_full_width():
+    assert upright_pair("!!", 0.99) == "！！"
+    assert upright_pair("!?", 0.95) == "！？"
+    assert upright_pair("！！", 0.95) == "！！"
+
+
+def test_a_doubtful_reading_a_single_mark_or_a_letter_adds_nothing():
+    assert upright_pair("!!", 0.6) == ""
+    assert upright_pair("!", 0.99) == ""  # set as one full-width glyph: read in the column
+    assert upright_pair("い", 0.99) == ""
+    assert upright_pair("11", 0.99) == ""
+    assert upright_pair("", 0.0) == ""
+
+
+@dataclass
+class Read:
+    txts: tuple[str, ...]
+    scores: tuple[float, ...]
+
+
+class Recogniser:
+    """Reads every crop as one reading, and records the crops' sizes."""
+
+    def __init__(self, reading: str, score: float) -> None:
+        self.reading, self.score = reading, score
+        self.sizes: list[tuple[int, int]] = []
+
+    def __call__(self, request: Any) -> Read:
+        self.sizes += [crop.shape[:2] for crop in request.img]
+        count = len(request.img)
+        return Read((self.reading,) * count, (self.score,) * count)
+
+
+def test_a_column_that_lost_its_upright_pair_gets_it_back():
+    image = column("pair")
+    recogniser = Recogniser("!!", 0.99)
+    assert read_marks(recogniser, image, [box_of(image)], ["ないわよ"]) == ["ないわよ！！"]
+    assert len(recogniser.sizes) == 1
+    height, width = recogniser.sizes[0]
+    assert height < CELL < width + 8  # the last cell alone, upright (not laid on its side)
+
+
+def test_a_column_read_with_its_mark_or_ending_in_a_kana_is_not_read_again():
+    recogniser = Recogniser("!!", 0.99)
+    pair, kana = column("pair"), column("wide")
+    assert read_marks(recogniser, pair, [box_of(pair)], ["ないわよ！"]) == ["ないわよ！"]
+    assert read_marks(recogniser, kana, [box_of(kana)], ["ないわよ"]) == ["ないわよ"]
+    assert recogniser.sizes == []
+
+
+def test_no_lines_no_reads():
+    assert read_marks(Recogniser("", 0.0), column("wide"), [], []) == []
+
+
+def test_an_image_that_is_one_piece_of_lettering_is_read_however_doubtful():
+    grey = np.full((313, 69), 255, dtype=np.uint8)
+    effect = TextLine(0, 0, 69, 313, "ピンポーーン", 0.49)
+    assert [block.text for block in read_page([effect], grey)] == ["ピンポーーン"]
+
+
+def test_doubtful_lettering_on_a_page_is_still_dropped():
+    grey = np.full((1170, 827), 255, dtype=np.uint8)
+    effect = TextLine(400, 300, 469, 613, "ピンポーーン", 0.49)
+    assert read_page([effect], grey) == []
+
+
+class Engine:
+    """rapidocr's engine, as `lone_marks` uses it: its recogniser."""
+
+    def __init__(self, recogniser: Recogniser) -> None:
+        self.recogniser = recogniser
+
+    def _load_rec_model(self) -> Recogniser:
+        return self.recogniser
+
+
+def page_with_balloon(draw_inside: str) -> tuple[Image.Image, list[TextLine]]:
+    """A page with a bubble of two columns (the page's lines, 24 px thick) and a small round
+    balloon holding `draw_inside`: "dots" (six dots down a column), "bang" (！: a bar and its
+    dot), "grid" (a screentone's grid of dots) or "word" (a character's worth of strokes)."""
+    page = Image.new("RGB", (600, 400), "white")
+    draw = ImageDraw.Draw(page)
+    draw.ellipse((20, 20, 200, 300), outline="black", width=3)
+    for left in (80, 120):
+        draw.rectangle((left, 60, left + 20, 250), fill="black")
+    lines = [
+        TextLine(78, 58, 102, 252, "ないわよ", 0.99),
+        TextLine(118, 58, 142, 252, "何よ", 0.99),
+    ]
+    draw.ellipse((300, 100, 380, 220), outline="black", width=3)
+    if draw_inside == "dots":
+        for top in range(130, 190, 10):
+            draw.rectangle((338, top, 341, top + 3), fill="black")
+    elif draw_inside == "bang":
+        draw.rectangle((338, 145, 341, 160), fill="black")
+        draw.rectangle((338, 164, 341, 167), fill="black")
+    elif draw_inside == "grid":
+        for top in range(130, 190, 10):
+            for left in (325, 338, 351):
+                draw.rectangle((left, top, left + 3, top + 3), fill="black")
+    else:
+        draw.rectangle((328, 150, 352, 153), fill="black")
+        draw.rectangle((338, 140, 341, 170), fill="black")
+    return page, lines
+
+
+def grey_of(page: Image.Image) -> np.ndarray:
+    return np.asarray(page.convert("L"))
+
+
+def test_a_balloon_of_dots_alone_is_an_ellipsis_of_as_many_dots():
+    page, lines = page_with_balloon("dots")
+    recogniser = Recogniser("", 0.0)
+    found = lone_marks(Engine(recogniser), page, lines, grey_of(page))
+    assert [line.text for line in found] == ["……"]
+    (line,) = found
+    assert (line.x0, line.x1) == (338, 342)
+    assert 125 <= line.y0 <= 130 and 180 <= line.y1 <= 190
+    assert recogniser.sizes == []  # counted, not recognised
+
+
+def test_a_lone_mark_in_a_balloon_is_read_upright():
+    page, lines = page_with_balloon("bang")
+    recogniser = Recogniser("!", 0.9)
+    assert [line.text for line in lone_marks(Engine(recogniser), page, lines, grey_of(page))] == [
+        "！"
+    ]
+    (size,) = recogniser.sizes
+    assert size[0] == size[1]  # a square cell: not laid on its side
+
+
+def test_a_lone_cell_read_as_a_letter_or_doubtfully_is_not_a_mark():
+    for reading, score in (("l", 0.95), ("!", 0.3)):
+        page, lines = page_with_balloon("bang")
+        assert lone_marks(Engine(Recogniser(reading, score)), page, lines, grey_of(page)) == []
+
+
+def test_a_screentone_a_character_or_a_balloon_with_lines_is_not_a_lone_mark():
+    for inside in ("grid", "word"):
+        page, lines = page_with_balloon(inside)
+        recogniser = Recogniser("!", 0.99)
+        assert lone_marks(Engine(recogniser), page, lines, grey_of(page)) == []
+    page, lines = page_with_balloon("dots")
+    in_the_balloon = TextLine(330, 125, 350, 195, "……", 0.9)
+    found = lone_marks(Engine(Recogniser("", 0.0)), page, [*lines, in_the_balloon], grey_of(page))
+    assert found == []
+
+
+def test_dots_are_written_as_the_print_groups_them():
+    assert ellipsis(6) == "……"
+    assert ellipsis(8) == "‥‥‥‥"
+    assert ellipsis(2) == "‥"
+    assert ellipsis(5) == "…‥"
+    assert ellipsis(7) == "…‥‥"
