@@ -29,6 +29,7 @@ from PIL import Image, ImageDraw, ImageFont
 from manga_page_analysis.analysis.analyzer import READY, Readiness, VisionResult
 from manga_page_analysis.analysis.answer import Analysis
 from manga_page_analysis.analysis.bubbles import empty_bubbles, uncovered_bubbles
+from manga_page_analysis.analysis.column_holes import read_holes
 from manga_page_analysis.analysis.images import PreparedImage, undecodable
 from manga_page_analysis.analysis.layout import Block
 from manga_page_analysis.analysis.ocr_pipeline import read_lines
@@ -261,6 +262,7 @@ class OcrAnalyzer:
             known = [line.moved(-x0, -y0) for line in lines]
             again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
             lines += [line.moved(x0, y0) for line in again]
+        lines += read_holes(engine, page, lines)
         return read_page(lines, grey)
 
 
