@@ -14,11 +14,14 @@ VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
 JOIN_GAP: Final = 0.5
 """Side-by-side lines share a block when the gap between them is under this many thicknesses
-(columns of one bubble nearly touch; the next bubble is most of a character away)."""
+of the thinner one (columns of one bubble nearly touch; the next bubble is most of a character
+away). The thinner: a box that took in ruby or a note set beside its column is wider than its
+lettering, and would stretch the gap it may bridge."""
 SIDE_OVERLAP: Final = 0.3
 """Side-by-side lines of one block lie beside each other along this share of the shorter."""
 CONTINUE_GAP: Final = 0.5
-"""A line continues another (a column cut in two) across a gap of up to this many thicknesses."""
+"""A line continues another (a column cut in two) across a gap of up to this many thicknesses
+of the thinner one."""
 CONTINUE_MIN_SCORE: Final = 0.5
 """A line continues another only when both were read with at least this confidence: pieces
 of one line are one lettering, read alike; garbage read from a drawing (a sound effect)
@@ -200,9 +203,9 @@ def _overlap(a0: float, a1: float, b0: float, b1: float) -> float:
 
 def _near(a: TextLine, b: TextLine) -> bool:
     """Neighbours in one block: side by side along most of the shorter one with a
-    gap under `JOIN_GAP` thicknesses, or one continuing the other (a split column; both
-    read with at least `CONTINUE_MIN_SCORE`)."""
-    size = max(a.thickness, b.thickness)
+    gap under `JOIN_GAP` thicknesses of the thinner, or one continuing the other (a split
+    column; both read with at least `CONTINUE_MIN_SCORE`)."""
+    size = min(a.thickness, b.thickness)
     x_gap = max(a.x0, b.x0) - min(a.x1, b.x1)
     y_gap = max(a.y0, b.y0) - min(a.y1, b.y1)
     vertical = "v" in (a.orientation, b.orientation) or (

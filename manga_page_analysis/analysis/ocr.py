@@ -31,6 +31,7 @@ from PIL import Image, ImageDraw, ImageFont
 from manga_page_analysis.analysis.analyzer import READY, Readiness, VisionResult
 from manga_page_analysis.analysis.answer import Analysis
 from manga_page_analysis.analysis.bubbles import empty_bubbles, uncovered_bubbles
+from manga_page_analysis.analysis.column_holes import read_holes
 from manga_page_analysis.analysis.images import PreparedImage, undecodable
 from manga_page_analysis.analysis.layout import Block
 from manga_page_analysis.analysis.marks import lone_marks
@@ -273,6 +274,7 @@ class OcrAnalyzer:
             known = [line.moved(-x0, -y0) for line in lines]
             again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
             lines += [line.moved(x0, y0) for line in again]
+        lines += read_holes(engine, page, lines)  # a column missing from its block's pitch
         lines += lone_marks(engine, page, lines, grey)  # "……" alone in a balloon
         return read_page(lines, grey)
 

@@ -188,3 +188,18 @@ def test_pieces_of_one_row_that_do_not_overlap_stay_in_one_row():
     left = TextLine(100, 100, 300, 130, "おはよう")
     right = TextLine(305, 108, 420, 138, "ございます")
     assert page_text([right, left]) == "おはようございます"
+
+
+def test_a_box_wider_than_its_lettering_does_not_stretch_the_gap_it_may_bridge():
+    # A note set beside a bubble's columns, its box twice as wide as its small lettering
+    # (and within the size allowed for one block): the gap to it is measured in the
+    # bubble's columns, and it is too wide for them.
+    bubble = [column(500, 100, "これ飲んだら", size=60), column(430, 100, "停学になる", size=60)]
+    note = TextLine(270, 100, 380, 400, "今も停学中だけど")  # 50 px from the bubble
+    assert page_text([note, *bubble]).splitlines() == ["これ飲んだら停学になる", "今も停学中だけど"]
+
+
+def test_a_column_beside_a_wider_box_of_its_bubble_still_joins_it():
+    # The right column's box took in its ruby; the gap is a few pixels.
+    lines = [TextLine(440, 100, 490, 250, "ございます"), column(405, 100, "ました")]
+    assert len(reading_order(lines)) == 1
