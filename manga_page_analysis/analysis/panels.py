@@ -10,6 +10,7 @@ none of these is one panel. Numpy (and OpenCV) over a greyscale array.
 
 from __future__ import annotations
 
+from itertools import pairwise
 from typing import Final
 
 import numpy as np
@@ -42,6 +43,11 @@ NESTED: Final = 0.8
 ROW_OVERLAP: Final = 0.15
 """Panels of a slightly skewed scan overlap their neighbours' boxes: up to this share of the
 smaller one's height (or width) still leaves them in separate rows (or columns)."""
+
+MIN_OWN_CUTS: Final = 2
+"""Framed panels that split both into rows and into columns are read column by column when
+they make at least this many cuts between rows and none of those runs across every column
+(`_own_stacks`); one such cut may be a short last row."""
 
 LINE_SIDE: Final = 800
 """Frame lines are looked for on a copy of the page at most this many pixels on its long side
@@ -233,6 +239,8 @@ def _order_boxes(boxes: list[Box], right_to_left: bool, rows_first: bool) -> lis
     row into columns (right to left), recursively; a tall panel beside a stack is a column."""
     if len(boxes) <= 1:
         return boxes
+    if rows_first and _own_stacks(boxes):
+        rows_first = False
     for rows in (rows_first, not rows_first):
         bands = _bands(boxes, 1 if rows else 0)
         if len(bands) > 1:
@@ -240,6 +248,26 @@ def _order_boxes(boxes: list[Box], right_to_left: bool, rows_first: bool) -> lis
                 bands.reverse()
             return [box for band in bands for box in _order_boxes(band, right_to_left, not rows)]
     return sorted(boxes, key=lambda b: (b[1], -b[2] if right_to_left else b[0]))
+
+
+def _own_stacks(boxes: list[Box]) -> bool:
+    """True when the boxes stand in columns that are each a stack of their own: they split
+    into columns, and into `MIN_OWN_CUTS` rows or more, but no cut between the rows has a
+    panel above and below it in every column (a four-panel strip beside a column of
+    something else, whose gutters the strip's do not continue). Rows whose cuts run across
+    every column (a grid) are read first."""
+    columns = _bands(boxes, 0)
+    rows = _bands(boxes, 1)
+    if len(columns) < 2 or len(rows) <= MIN_OWN_CUTS:
+        return False
+    for above, below in pairwise(rows):
+        cut = (max(box[3] for box in above) + min(box[1] for box in below)) / 2
+        if all(
+            any(box[3] <= cut for box in column) and any(box[1] >= cut for box in column)
+            for column in columns
+        ):
+            return False
+    return True
 
 
 def _bands(boxes: list[Box], axis: int) -> list[list[Box]]:

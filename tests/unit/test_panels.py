@@ -149,3 +149,24 @@ def test_the_skew_of_a_scan_is_found_from_its_frame_lines_and_none_is_found_on_a
         assert abs(skew(grey, 215) + degrees) <= 0.25, degrees
     straight = page(600, 850, [(20, 20, 290, 400), (310, 20, 580, 400)])
     assert skew(straight, 255) == 0.0
+
+
+def speckled(grey: np.ndarray) -> np.ndarray:
+    """A dirty scan: no band of paper is clean enough to be a gutter (panels by their frames)."""
+    grey[np.random.default_rng(0).random(grey.shape) < 0.02] = 0
+    return grey
+
+
+def test_a_four_panel_strip_beside_a_column_of_something_else_is_read_after_that_column():
+    strip = [(20, 20 + 210 * row, 290, 210 + 210 * row) for row in range(4)]
+    beside = (310, 650, 580, 840)  # below a promotion band, not a panel, beside the strip
+    grey = page(600, 860, [*strip, beside])
+    grey[40:600, 400:440] = 0  # the band's art crosses the strip's gutters
+    close(find_panels(speckled(grey)), [beside, *strip], tolerance=4)
+
+
+def test_a_grid_whose_row_gutters_cross_every_column_is_read_row_by_row():
+    left = [(20, 20 + 210 * row, 290, 210 + 210 * row) for row in range(4)]
+    right = [(310, 20 + 210 * row, 580, 210 + 210 * row) for row in range(1, 4)]
+    found = find_panels(speckled(page(600, 860, [*left, *right])))
+    close(found, [left[0], right[0], left[1], right[1], left[2], right[2], left[3]], tolerance=4)
