@@ -26,7 +26,7 @@ BUBBLE_MAX_AREA: Final = 0.2
 balloon."""
 UNCOVERED_SHARE: Final = 0.15
 """A balloon whose ink lies outside the lines found in it by more than this share is read
-again on its own (a column the page-wide detection missed)."""
+again on its own, and enlarged when small (a column the page-wide detection missed)."""
 COVER_PAD: Final = 0.3
 """A line covers the ink within this many of its thicknesses around its box (voiced marks,
 ruby, punctuation beside it)."""

@@ -269,10 +269,12 @@ class OcrAnalyzer:
         lines = read_lines(engine, page)
         grey = np.asarray(page.convert("L"))
         # A balloon whose ink the lines found do not cover, or which holds lettering but no
-        # line, is read again on its own.
-        for x0, y0, x1, y1 in uncovered_bubbles(lines, grey) + empty_bubbles(lines, grey):
+        # line, is read again on its own; the first also enlarged (bubbles.uncovered_bubbles).
+        uncovered = uncovered_bubbles(lines, grey)
+        for x0, y0, x1, y1 in uncovered + empty_bubbles(lines, grey):
             known = [line.moved(-x0, -y0) for line in lines]
-            again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=False)
+            twice = (x0, y0, x1, y1) in uncovered
+            again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=twice)
             lines += [line.moved(x0, y0) for line in again]
         lines += read_holes(engine, page, lines)  # a column missing from its block's pitch
         lines += lone_marks(engine, page, lines, grey)  # "……" alone in a balloon
