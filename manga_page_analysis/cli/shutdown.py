@@ -32,7 +32,12 @@ class GracefulStop:
     """The first stop signal (SIGINT, SIGTERM or SIGHUP) calls every registered `stop`
     (and any registered later, at once). A second one calls every registered `now`
     when there is one (a runner then releases its jobs at once and the command
-    ends as usual), else exits the process at once with 130; so does a third."""
+    ends as usual), else exits the process at once with 130; so does a third.
+
+    The handler runs on the main thread, between two bytecodes: a signal that
+    arrives while that thread is on its way into a wait trips it without waking the
+    wait. So a command's main thread waits in short slices (`Runner.wait_stopping`
+    in a loop, `Runner.join`), never for the whole grace period in one go."""
 
     def __init__(self, what_happens: str) -> None:
         self.what_happens = what_happens

@@ -6,7 +6,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from sqlalchemy import Engine
@@ -34,6 +34,10 @@ SHUTDOWN_JOIN_SECONDS = 10.0
 """How long shutdown waits for each service in turn."""
 GRACE_POLL_SECONDS = 0.05
 """During a soft stop, how often the runner checks whether its jobs have ended."""
+JOIN_SLICE_SECONDS = 0.5
+"""The longest single wait in `join()`: the thread that joins comes back this often,
+so that a signal's Python handler (which runs only on the main thread) is not held
+up by the wait; see `Runner.join`."""
 
 
 class Runner:
@@ -277,14 +281,21 @@ class Runner:
 
     def join(self, timeout: float = 10.0) -> bool:
         """Wait up to `timeout` seconds for the shutdown and every service; `True` if
-        all ended. Pool threads stuck in an abandoned dispatch are not waited for."""
+        all ended. Pool threads stuck in an abandoned dispatch are not waited for.
+
+        It waits in slices of `JOIN_SLICE_SECONDS`, not in one go: on the main thread,
+        a signal that arrives while the thread is on its way into a wait (preempted
+        there, under load) trips its Python handler without waking the wait, and the
+        handler would run only when the wait ends: with a long grace period, a
+        second signal (`stop_now()`) would do nothing for that long."""
         deadline = time.monotonic() + timeout
-        if self._shutdown is not None:
-            self._shutdown.join(max(0.0, deadline - time.monotonic()))
+        shutdown = self._shutdown
+        if shutdown is not None:
+            _in_slices(lambda seconds: _joined(shutdown, seconds), deadline)
         alive = [
             type(service).__name__
             for service in self._services
-            if not service.join(max(0.0, deadline - time.monotonic()))
+            if not _in_slices(service.join, deadline)
         ]
         if alive:
             logger.warning("runner services still running after %.0f s: %s", timeout, alive)
@@ -305,3 +316,19 @@ class Runner:
         """Unexpected errors the runner's threads survived, every service counted the
         same way (a service thread run again, a pool thread that went on)."""
         return sum(service.deaths for service in self._services)
+
+
+def _joined(thread: threading.Thread, timeout: float) -> bool:
+    thread.join(timeout)
+    return not thread.is_alive()
+
+
+def _in_slices(wait: Callable[[float], bool], deadline: float) -> bool:
+    """Call `wait(seconds)` (`True` once what it waits for has happened) for at most
+    `JOIN_SLICE_SECONDS` at a time until it returns `True` or `deadline` passes."""
+    while True:
+        left = deadline - time.monotonic()
+        if wait(max(0.0, min(JOIN_SLICE_SECONDS, left))):
+            return True
+        if left <= JOIN_SLICE_SECONDS:
+            return False

@@ -5,6 +5,8 @@ releases at once."""
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import subprocess
 import threading
@@ -13,8 +15,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, text
 
+from manga_page_analysis.cli.commands import run_worker
+from manga_page_analysis.config import Settings
 from manga_page_analysis.queue import request_analysis
 from testbed.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer
 from tests.helpers import make_page
@@ -112,6 +117,92 @@ def test_a_second_signal_ends_the_grace_period_at_once(
         (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
     assert code == 0, output
     assert "second SIGTERM: stopping now" in output and "run-worker stopped" in output
+    (page,) = jobs
+    assert cancelled["page_id"] == str(page)
+    assert _job(engine, jobs[page]) == ("pending", 0)
+    assert _analysed(engine) == set()
+
+
+class _LogLine(logging.Handler):
+    """Sets `seen` once a record whose message contains `text` is logged."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.INFO)
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+def test_a_second_signal_that_does_not_wake_the_main_thread_still_ends_the_grace_period(
+    database_url: str,
+    engine: Engine,
+    vision_server: ScriptedVisionServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A signal's Python handler runs on the main thread, once that thread is back in the
+    interpreter. A signal that arrives while the main thread is on its way into a wait
+    (preempted there, under load) trips the handler without waking the wait, as one
+    delivered to another thread does. Here both signals go to another thread
+    (`pthread_kill`), so they never wake the main thread: `run-worker` (in-process) must
+    come back for them by itself, and not only once its wait ends."""
+    jobs = _pages(engine, tmp_path / "storage", 1)
+    hold = threading.Event()
+    vision_server.script(Reply(body=ok_answer(analysis_content()).body, block=hold))
+    settings = Settings(  # type: ignore[call-arg]
+        _env_file=None,
+        database_url=database_url,
+        vision_url=vision_server.url,
+        vision_model="test-model",
+        storage_root=tmp_path / "storage",
+        analysis_workers=2,
+        idle_poll_seconds=0.05,
+        readiness_poll_seconds=0.1,
+        shutdown_grace_seconds=3600,
+    )
+    caplog.set_level(logging.INFO, logger="manga_page_analysis")
+    soft_stop = _LogLine("may finish for up to")
+    logging.getLogger("manga_page_analysis").addHandler(soft_stop)
+    bystander_done, returned = threading.Event(), threading.Event()
+    bystander = threading.Thread(target=bystander_done.wait, name="bystander")
+    woken: list[str] = []
+
+    def drive() -> None:
+        assert bystander.ident is not None
+        vision_server.wait_for_requests(1, timeout=30)
+        signal.pthread_kill(bystander.ident, signal.SIGTERM)
+        if soft_stop.seen.wait(30):
+            signal.pthread_kill(bystander.ident, signal.SIGTERM)
+        if not returned.wait(30):
+            # Any signal the main thread itself receives wakes it, and it then runs
+            # the handler of the SIGTERM that is still pending.
+            woken.append("the main thread had to be woken for the second SIGTERM")
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, lambda _signum, _frame: None)
+    driver = threading.Thread(target=drive, name="driver")
+    try:
+        with listening(database_url) as received:
+            bystander.start()
+            driver.start()
+            try:
+                code = run_worker(settings)
+            finally:
+                returned.set()
+                hold.set()
+                bystander_done.set()
+                driver.join()
+                bystander.join()
+            (cancelled,) = wait_for(received, "cancelled", 1, timeout=10)
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        logging.getLogger("manga_page_analysis").removeHandler(soft_stop)
+    assert woken == []
+    assert code == 0
+    assert "second SIGTERM: stopping now" in caplog.text
     (page,) = jobs
     assert cancelled["page_id"] == str(page)
     assert _job(engine, jobs[page]) == ("pending", 0)
