@@ -10,6 +10,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
+from numpy.typing import NDArray
+
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
 JOIN_GAP: Final = 0.5
@@ -36,6 +39,13 @@ SAME_SIZE: Final = 2.0
 
 Box = tuple[float, float, float, float]
 """x0, y0, x1, y1 in pixels, y down."""
+
+
+def is_column(quad: NDArray[np.float32]) -> bool:
+    """A detected box (a 4x2 quadrilateral) that is a column: `VERTICAL_RATIO` times as tall
+    as it is wide."""
+    width, height = quad.max(axis=0) - quad.min(axis=0)
+    return float(height) >= VERTICAL_RATIO * float(width)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,8 +20,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from manga_page_analysis.analysis.layout import VERTICAL_RATIO, Block, TextLine
-from manga_page_analysis.analysis.panels import LIGHT, paper_level
+from manga_page_analysis.analysis.layout import Block, TextLine, is_column
+from manga_page_analysis.analysis.panels import LIGHT, paper_level, runs
 
 INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink."""
@@ -92,7 +92,7 @@ def read_marks(
     grey: NDArray[Any] | None = None
     cells: list[tuple[int, NDArray[np.uint8]]] = []
     for index, (box, text) in enumerate(zip(boxes, texts, strict=True)):
-        if not text.strip() or not _is_column(box) or _ends_with_mark(text):
+        if not text.strip() or not is_column(box) or _ends_with_mark(text):
             continue
         if grey is None:
             grey = source.mean(axis=2)
@@ -121,7 +121,7 @@ def tail_pair(grey: NDArray[Any], box: NDArray[np.float32]) -> tuple[int, int, i
     thickness = x1 - x0
     if ink.size == 0 or thickness <= 0:
         return None
-    rows = _runs(np.asarray(ink.any(axis=1)))
+    rows = runs(np.asarray(ink.any(axis=1)))
     if not rows:
         return None
     start, end = rows[-1]
@@ -129,7 +129,7 @@ def tail_pair(grey: NDArray[Any], box: NDArray[np.float32]) -> tuple[int, int, i
         if end - run_start > TAIL_CELL_LENGTH * thickness:
             break
         start = run_start
-    across = _runs(np.asarray(ink[start:end].any(axis=0)))
+    across = runs(np.asarray(ink[start:end].any(axis=0)))
     if len(across) != 2 or any(b - a > MARK_MAX_WIDTH * thickness for a, b in across):
         return None
     return x0, y0 + max(0, start - 2), x1, y0 + min(ink.shape[0], end + 2)
@@ -146,17 +146,6 @@ def upright_pair(reading: str, score: float) -> str:
 
 def _ends_with_mark(text: str) -> bool:
     return unicodedata.normalize("NFKC", text.rstrip()[-1:]) in UPRIGHT_MARKS
-
-
-def _is_column(box: NDArray[np.float32]) -> bool:
-    width, height = box.max(axis=0) - box.min(axis=0)
-    return float(height) >= VERTICAL_RATIO * float(width)
-
-
-def _runs(mask: NDArray[Any]) -> list[tuple[int, int]]:
-    """The [start, end) spans where `mask` is true."""
-    edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
-    return [(int(start), int(end)) for start, end in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def whole_image_lettering(blocks: Sequence[Block], size: tuple[int, int]) -> list[Block]:

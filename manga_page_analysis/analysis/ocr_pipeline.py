@@ -18,7 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
-from manga_page_analysis.analysis.layout import VERTICAL_RATIO, TextLine
+from manga_page_analysis.analysis.layout import TextLine, is_column
 from manga_page_analysis.analysis.marks import read_marks
 from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
 
@@ -141,7 +141,7 @@ def _split_merged_columns(
     from rapidocr.ch_ppocr_rec import TextRecInput
     from rapidocr.utils.process_img import get_rotate_crop_image
 
-    columns = [box for box in boxes if _is_column(box)]
+    columns = [box for box in boxes if is_column(box)]
     if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
         return boxes, texts, scores
     typical = statistics.median(_thickness(box) for box in columns)
@@ -151,7 +151,7 @@ def _split_merged_columns(
     for box, text, score in zip(boxes, texts, scores, strict=True):
         halves = []
         if (
-            _is_column(box)
+            is_column(box)
             and score < MERGED_COLUMN_BELOW
             and _thickness(box) >= MERGED_COLUMN_RATIO * typical
         ):
@@ -194,11 +194,6 @@ def _halves(box: NDArray[np.float32], source: NDArray[np.uint8]) -> list[NDArray
         np.array([[cut, y0], [x1, y0], [x1, y1], [cut, y1]], dtype=np.float32),
         np.array([[x0, y0], [cut, y0], [cut, y1], [x0, y1]], dtype=np.float32),
     ]
-
-
-def _is_column(box: NDArray[np.float32]) -> bool:
-    xs, ys = box[:, 0], box[:, 1]
-    return float(ys.max() - ys.min()) >= VERTICAL_RATIO * float(xs.max() - xs.min())
 
 
 def _read_voicing_again(

@@ -306,10 +306,10 @@ def _pieces(
     else:
         share = region.mean(axis=1 if across else 0)
         cut = np.zeros(share.shape, dtype=bool)
-        for start, end in _runs(share >= GUTTER_LIGHT_SHARE):
+        for start, end in runs(share >= GUTTER_LIGHT_SHARE):
             if end - start >= min_gutter:
                 cut[start:end] = True
-    pieces = _runs(~cut)
+    pieces = runs(~cut)
     # A sliver (a caption line, a stray mark) is not a panel: it joins its neighbour.
     merged: list[tuple[int, int]] = []
     for piece in pieces:
@@ -322,7 +322,7 @@ def _pieces(
     return merged
 
 
-def _runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
+def runs(mask: NDArray[np.bool_]) -> list[tuple[int, int]]:
     """Maximal runs of True as (start, end) index pairs, end exclusive."""
     edges = np.flatnonzero(np.diff(np.concatenate(([0], mask.astype(np.int8), [0]))))
     return [(int(start), int(end)) for start, end in zip(edges[::2], edges[1::2], strict=True)]
