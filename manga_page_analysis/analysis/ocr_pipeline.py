@@ -18,6 +18,7 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
+from manga_page_analysis.analysis.column_marks import dots_and_dashes
 from manga_page_analysis.analysis.layout import TextLine, is_column
 from manga_page_analysis.analysis.marks import read_marks
 from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
@@ -115,6 +116,7 @@ def read_lines(
     )
     boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
     texts = read_marks(recogniser, source, boxes, texts)
+    boxes, texts = dots_and_dashes(source, boxes, texts)  # "……" counted, "――" past the box
     lines = []
     # Boxes grow into the paper added around the page: clipped back to the page.
     limit = np.array(page.size, dtype=np.float32)

@@ -10,6 +10,12 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
+from manga_page_analysis.analysis.column_marks import (
+    counted_dots,
+    dash_beyond,
+    dot_runs,
+    dots_and_dashes,
+)
 from manga_page_analysis.analysis.layout import TextLine
 from manga_page_analysis.analysis.marks import (
     ellipsis,
@@ -222,3 +228,145 @@ def test_dots_are_written_as_the_print_groups_them():
     assert ellipsis(2) == "‥"
     assert ellipsis(5) == "…‥"
     assert ellipsis(7) == "…‥‥"
+
+
+# Leader dots and long dashes down a column (column_marks): columns drawn with PIL, 30 px
+# thick, on a page of paper; a kana is a cross of strokes across its cell.
+PITCH = 30
+
+
+def page_with(marks: Any, size: tuple[int, int] = (120, 400)) -> np.ndarray:
+    """A grey page (0-255) with `marks(draw)` drawn on it in black."""
+    image = Image.new("L", size, 255)
+    marks(ImageDraw.Draw(image))
+    return np.asarray(image).astype(np.float64)
+
+
+def kana(draw: ImageDraw.ImageDraw, top: int, left: int = 40) -> None:
+    draw.rectangle((left + 4, top + 6, left + PITCH - 4, top + 9), fill=0)
+    draw.rectangle((left + 13, top + 2, left + 16, top + PITCH - 3), fill=0)
+
+
+def dots(draw: ImageDraw.ImageDraw, top: int, count: int, left: int = 40) -> None:
+    for index in range(count):
+        y = top + 4 + 7 * index
+        draw.ellipse((left + 13, y, left + 17, y + 4), fill=0)
+
+
+def quad(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
+    return np.array([[x0, y0], [x1, y0], [x1, y1], [x0, y1]], dtype=np.float32)
+
+
+def test_leader_dots_down_a_column_are_counted_and_written_as_the_print_groups_them():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        dots(draw, 50, 4)
+        kana(draw, 82)
+
+    grey = page_with(marks)
+    box = quad(40, 18, 70, 114)
+    assert dot_runs(grey, box) == [4]
+    assert counted_dots(grey, box, "う……ん") == "う‥‥ん"  # six dots read, four printed
+    assert counted_dots(grey, box, "う・ん") == "う‥‥ん"
+
+
+def test_nine_dots_are_three_ellipses_and_a_box_that_cuts_the_run_is_followed_past_its_end():
+    grey = page_with(lambda draw: dots(draw, 40, 9))
+    assert counted_dots(grey, quad(40, 40, 70, 104), "……") == "………"
+    assert counted_dots(grey, quad(40, 40, 70, 80), "……") == "………"  # ends mid-run
+
+
+def test_dots_are_rewritten_only_where_the_text_has_as_many_runs():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        dots(draw, 50, 2)
+        kana(draw, 70)
+
+    grey = page_with(marks)
+    box = quad(40, 18, 70, 102)
+    assert counted_dots(grey, box, "あいう") == "あいう"  # no run read: none added
+    assert counted_dots(grey, box, "あ…い…") == "あ…い…"  # two read, one printed
+
+
+def test_specks_beside_the_axis_and_marks_at_a_cells_corner_are_not_dots():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        for y in (24, 31, 38):  # voiced marks at the cell's top right
+            draw.ellipse((64, y, 67, y + 3), fill=0)
+        dots(draw, 50, 3)
+        draw.rectangle((44, 62, 46, 64), fill=0)  # a speck of art beside the dots
+
+    grey = page_with(marks)
+    assert dot_runs(grey, quad(40, 18, 70, 80)) == [3]
+
+
+def test_dots_are_not_counted_on_a_dark_ground():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        draw.rectangle((40, 0, 70, 120), fill=60)
+        dots(draw, 20, 4)
+
+    assert dot_runs(page_with(marks), quad(40, 10, 70, 60)) == []
+
+
+def test_a_long_dash_below_a_column_is_taken_in_one_per_cell():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        for cell in range(3):
+            kana(draw, 20 + PITCH * cell)
+        draw.rectangle((54, 112, 55, 166), fill=0)  # two cells of a thin stroke
+
+    grey = page_with(marks)
+    box = quad(40, 18, 70, 110)
+    grown, text = dash_beyond(grey, box, "ある人と")
+    assert text == "ある人と――"
+    assert grown[:, 1].min() == 18 and 166 <= grown[:, 1].max() <= 168
+
+
+def test_a_long_dash_above_a_column_is_taken_in_before_it():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        draw.rectangle((54, 20, 55, 74), fill=0)
+        for cell in range(2):
+            kana(draw, 80 + PITCH * cell)
+
+    grey = page_with(marks)
+    grown, text = dash_beyond(grey, quad(40, 78, 70, 140), "あれ")
+    assert text == "――あれ"
+    assert grown[:, 1].min() <= 20
+
+
+def test_a_frame_line_speed_lines_art_or_another_line_below_a_column_are_no_dash():
+    def column_and(extra: Any) -> np.ndarray:
+        def marks(draw: ImageDraw.ImageDraw) -> None:
+            for cell in range(3):
+                kana(draw, 20 + PITCH * cell)
+            extra(draw)
+
+        return page_with(marks)
+
+    box = quad(40, 18, 70, 110)
+    frame_line = column_and(lambda draw: draw.rectangle((54, 112, 55, 399), fill=0))
+    speed_lines = column_and(
+        lambda draw: [draw.rectangle((x, 112, x + 1, 166), fill=0) for x in (38, 54, 70)]
+    )
+    filled = column_and(lambda draw: draw.rectangle((48, 112, 62, 166), fill=0))
+    curve = column_and(lambda draw: draw.arc((30, 100, 80, 180), 0, 90, fill=0, width=2))
+    short = column_and(lambda draw: draw.rectangle((54, 112, 55, 128), fill=0))  # い's stroke
+    for grey in (frame_line, speed_lines, filled, curve, short):
+        assert dash_beyond(grey, box, "あいう") == (box, "あいう")
+    stroke = column_and(lambda draw: draw.rectangle((54, 112, 55, 166), fill=0))
+    other = quad(40, 112, 70, 170)  # the stroke lies in another line's box: it is that one's
+    grown, text = dash_beyond(stroke, box, "あいう", [other])
+    assert text == "あいう" and (grown == box).all()
+
+
+def test_columns_get_dots_counted_and_dashes_taken_in_and_rows_are_left_alone():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        dots(draw, 50, 4)
+        draw.rectangle((54, 84, 55, 140), fill=0)
+
+    grey = page_with(marks)
+    source = np.repeat(grey.astype(np.uint8)[:, :, np.newaxis], 3, axis=2)
+    column_box, row_box = quad(40, 18, 70, 82), quad(0, 300, 110, 330)
+    boxes, texts = dots_and_dashes(source, [column_box, row_box], ["あ……", "あ……"])
+    assert texts == ["あ‥‥――", "あ……"]
+    assert boxes[0][:, 1].max() >= 140 and (boxes[1] == row_box).all()
