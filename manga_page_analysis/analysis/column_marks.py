@@ -1,5 +1,5 @@
-"""Leader dots and long dashes in a column, which the recogniser miscounts or loses (docs/ocr.md,
-"Dots and dashes in a column").
+"""Leader dots, long dashes and stretched wave dashes in a column, which the recogniser
+miscounts or loses (docs/ocr.md, "Dots and dashes in a column").
 
 - **Leader dots** ("……", "‥‥"): the recogniser reads a run of dots down a column as some
   number of ellipses, not as many dots as there are. The dots are counted in the image and
@@ -8,6 +8,9 @@
   stops the column where the dash starts, so it is neither in the box nor read. A straight
   stroke as thin as lettering that continues the column along its axis, and ends in paper,
   is taken into the column and written as one ― per cell it spans.
+- **A wave dash stretched over cells** ("〜〜〜" as one long wavy stroke) at a column's start
+  or end is read as nothing: a stroke that swings back and forth across the axis is written
+  as one 〜 per cell.
 
 Helpers of `marks.read_marks`; `grey` is the image the boxes lie in, 0-255, ink dark.
 """
@@ -65,21 +68,34 @@ column's last character (a box is sometimes tight)."""
 DASH_MAX_BREAK: Final = 0.15
 """A thin line broken where it prints light is one dash across gaps this many thicknesses long."""
 DASH_CELL_SLACK: Final = 0.25
-"""A dash is one ― per thickness it spans, rounded up once past this share of a cell (a dash
-set in two cells is shorter than two boxes' thicknesses)."""
+"""A dash (or a stretched wave dash) is one mark per thickness it spans, rounded up once past
+this share of a cell (a dash set in two cells is shorter than two boxes' thicknesses)."""
 DASH_SIDE: Final = 0.15
 """Beside the dash, this many thicknesses either side of the column, there is paper alone (a
 speed line is one of many, and art round a frame line is not paper)."""
 DASH_CHARS: Final = "ー一―－—‐-|｜"
 """What the recogniser writes for the part of a dash it did read."""
 DASH: Final = "―"
+WAVE_MIN_LENGTH: Final = 1.5
+"""A wave dash stretched down a column (the recogniser reads it as nothing) is at least this
+many thicknesses long (one cell's 〜 is read), ..."""
+WAVE_MAX_WIDTH: Final = 0.5
+"""... at most this many wide (a kana spans its cell), ..."""
+WAVE_MIN_TURNS: Final = 2.0
+"""... and turns back and forth across its axis at least this many times per thickness of its
+length, each swing at least `WAVE_MIN_SWING` of a thickness (a straight dash does not turn;
+a kana's stroke turns once or twice)."""
+WAVE_MIN_SWING: Final = 0.05
+WAVE: Final = "〜"
+WAVE_CHARS: Final = "〜～~"
 
 
 def dots_and_dashes(
     source: NDArray[np.uint8], boxes: Sequence[NDArray[np.float32]], texts: Sequence[str]
 ) -> tuple[list[NDArray[np.float32]], list[str]]:
     """`boxes` and `texts` with each column's runs of leader dots counted (`counted_dots`) and
-    a long dash continuing it taken in (`dash_beyond`). `source`: the image the boxes lie in
+    a long dash continuing it taken in (`dash_beyond`), and a wave dash stretched over its
+    first or last cells read (`wave_at_ends`). `source`: the image the boxes lie in
     (BGR); only the pixels round each column are made grey."""
     import cv2
 
@@ -99,7 +115,7 @@ def dots_and_dashes(
         shift = np.array([left, top], dtype=np.float32)
         local = box - shift
         others = [other - shift for other in boxes[:index] + boxes[index + 1 :]]
-        texts[index] = counted_dots(grey, local, text)
+        texts[index] = wave_at_ends(grey, local, counted_dots(grey, local, text))
         grown, texts[index] = dash_beyond(grey, local, texts[index], others)
         boxes[index] = grown + shift
     return boxes, texts
@@ -180,6 +196,69 @@ def dot_runs(grey: NDArray[Any], box: NDArray[np.float32]) -> list[int]:
         run.append(index)
     close()
     return found
+
+
+def wave_at_ends(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str:
+    """`text` (read in the column `box`) with a wave dash stretched over the column's first
+    (or last) cells written as one 〜 per cell, when its reading lacks it there. The wave: the
+    first (last) piece of ink across the column's axis, alone in its rows, at least
+    `WAVE_MIN_LENGTH` thicknesses long and at most `WAVE_MAX_WIDTH` wide, turning across its
+    axis `WAVE_MIN_TURNS` times per thickness."""
+    pieces, labels, thickness, axis = _labelled(grey, box)
+    if len(pieces) == 0:
+        return text
+    left, top, width, height = (pieces[:, index] for index in range(4))
+    across = (left < axis + thickness / 4) & (left + width > axis - thickness / 4)
+    column = np.flatnonzero(across)
+    if len(column) == 0:
+        return text
+    first = int(column[np.argmin(top[column])])
+    last = int(column[np.argmax(top[column] + height[column])])
+    for end, piece in (("first", first), ("last", last)):
+        ends_with = text.strip()[:1] if end == "first" else text.strip()[-1:]
+        if ends_with and ends_with in WAVE_CHARS:
+            continue
+        rows = slice(int(top[piece]), int(top[piece] + height[piece]))
+        beside = [
+            other
+            for other in column.tolist()
+            if other != piece
+            and top[other] < rows.stop - 1
+            and top[other] + height[other] > rows.start + 1
+        ]
+        if (
+            beside
+            or height[piece] < WAVE_MIN_LENGTH * thickness
+            or width[piece] > WAVE_MAX_WIDTH * thickness
+            or _turns(labels[rows] == piece + 1, thickness)
+            < WAVE_MIN_TURNS * height[piece] / thickness
+        ):
+            continue
+        waves = WAVE * _cells(float(height[piece]), thickness)
+        return waves + text.lstrip() if end == "first" else text.rstrip() + waves
+    return text
+
+
+def _turns(stroke: NDArray[np.bool_], thickness: float) -> int:
+    """How many times the stroke's middle, row by row, turns back across the column by at
+    least `WAVE_MIN_SWING` of a thickness."""
+    filled = stroke.any(axis=1)
+    if not filled.any():
+        return 0
+    columns = np.arange(stroke.shape[1])
+    lefts = np.where(stroke, columns, stroke.shape[1]).min(axis=1)[filled]
+    rights = np.where(stroke, columns, -1).max(axis=1)[filled]
+    middles = (lefts + rights) / 2
+    swing = max(1.0, WAVE_MIN_SWING * thickness)
+    turns, direction, extreme = 0, 0, float(middles[0])
+    for middle in middles.tolist():
+        if direction * (middle - extreme) > 0:
+            extreme = middle  # further the same way
+        elif abs(middle - extreme) >= swing:
+            turns += direction != 0  # back the other way (the first swing sets the way)
+            direction = 1 if middle > extreme else -1
+            extreme = middle
+    return turns
 
 
 def dash_beyond(
@@ -303,9 +382,7 @@ def _stroke_after(
         across = o_x0 < x1 and x0 < o_x1
         if across and o_y0 < end and start < o_y1 and o_y0 >= y1 - 1:
             return None  # another line's box lies on it: it is that line's
-    # A dash set in n cells fills most of each; the box's thickness has a little paper.
-    cells = max(1, int(np.ceil((end - start) / thickness - DASH_CELL_SLACK)))
-    return start, end, cells
+    return start, end, _cells(end - start, thickness)
 
 
 def _pieces(
@@ -322,3 +399,26 @@ def _pieces(
         return np.zeros((0, 5), dtype=np.int64), 1.0, 0.0
     _, _, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
     return stats[1:].astype(np.float64), float(x1 - x0), (x1 - x0) / 2
+
+
+def _labelled(
+    grey: NDArray[Any], box: NDArray[np.float32]
+) -> tuple[NDArray[Any], NDArray[np.int32], float, float]:
+    """The pieces of ink in the box (left, top, width, height, area each; piece i is label
+    i + 1 of the labels), its thickness and its axis (x, in the box's pixels)."""
+    import cv2
+
+    x0, y0 = (max(0, int(edge)) for edge in box.min(axis=0))
+    x1, y1 = (int(np.ceil(edge)) for edge in box.max(axis=0))
+    ink = np.ascontiguousarray(grey[y0:y1, x0:x1] < INK_LEVEL, dtype=np.uint8)
+    if ink.size == 0:
+        return np.zeros((0, 5)), np.zeros((0, 0), dtype=np.int32), 1.0, 0.0
+    _, labels, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    return stats[1:].astype(np.float64), np.asarray(labels, dtype=np.int32), x1 - x0, (x1 - x0) / 2
+
+
+def _cells(length: float, thickness: float) -> int:
+    """How many cells a mark `length` long spans down a column `thickness` thick: a mark set
+    in n cells fills most of each, and the box's thickness has a little paper
+    (`DASH_CELL_SLACK`)."""
+    return max(1, int(np.ceil(length / thickness - DASH_CELL_SLACK)))

@@ -15,6 +15,7 @@ from manga_page_analysis.analysis.column_marks import (
     dash_beyond,
     dot_runs,
     dots_and_dashes,
+    wave_at_ends,
 )
 from manga_page_analysis.analysis.layout import TextLine
 from manga_page_analysis.analysis.marks import (
@@ -370,3 +371,48 @@ def test_columns_get_dots_counted_and_dashes_taken_in_and_rows_are_left_alone():
     boxes, texts = dots_and_dashes(source, [column_box, row_box], ["あ……", "あ……"])
     assert texts == ["あ‥‥――", "あ……"]
     assert boxes[0][:, 1].max() >= 140 and (boxes[1] == row_box).all()
+
+
+def wave(draw: ImageDraw.ImageDraw, top: int, length: int, swing: float = 3.0) -> None:
+    """A wave dash stretched down the column's axis: a line swinging `swing` px either side,
+    a period every 18 px."""
+    points = [(55 + swing * np.sin(2 * np.pi * y / 18), top + y) for y in range(length)]
+    draw.line(points, fill=0, width=3)
+
+
+def test_a_wave_dash_stretched_over_a_columns_first_cells_is_read_one_per_cell():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        wave(draw, 22, 70)  # the wave over the first cells, then a kana
+        kana(draw, 100)
+
+    grey = page_with(marks)
+    box = quad(40, 18, 70, 134)
+    assert wave_at_ends(grey, box, "っ") == "〜〜〜っ"
+    assert wave_at_ends(grey, box, "〜っ") == "〜っ"  # read already
+
+
+def test_a_wave_dash_over_a_columns_last_cells_is_added_after_it():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        wave(draw, 56, 50)
+
+    assert wave_at_ends(page_with(marks), quad(40, 18, 70, 110), "よ") == "よ〜〜"
+
+
+def test_a_straight_dash_a_short_curl_or_a_wave_beside_other_ink_is_no_wave_dash():
+    def column_with(extra: Any) -> np.ndarray:
+        def marks(draw: ImageDraw.ImageDraw) -> None:
+            extra(draw)
+            kana(draw, 100)
+
+        return page_with(marks)
+
+    box = quad(40, 18, 70, 134)
+    straight = column_with(lambda draw: draw.rectangle((54, 22, 56, 92), fill=0))
+    curl = column_with(lambda draw: wave(draw, 22, 30))  # a cell's length: read, not looked for
+    lazy = column_with(lambda draw: wave(draw, 22, 70, swing=0.4))  # no real swing
+    flanked = column_with(
+        lambda draw: (wave(draw, 22, 70), draw.rectangle((44, 40, 50, 46), fill=0))
+    )
+    for grey in (straight, curl, lazy, flanked):
+        assert wave_at_ends(grey, box, "っ") == "っ"
