@@ -30,7 +30,7 @@ INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink."""
 DOT_MAX_SIZE: Final = 0.3
 """A leader dot is at most this many column thicknesses across, ..."""
-DOT_MIN_SIZE: Final = 0.05
+DOT_MIN_SIZE: Final = 0.08
 """... at least this many (and 2 px: not a speck of dust), ..."""
 DOT_MAX_ELONGATION: Final = 2.0
 """... about round (neither side this many times the other: a kana's short stroke is a bar), ..."""

@@ -296,9 +296,13 @@ def test_specks_beside_the_axis_and_marks_at_a_cells_corner_are_not_dots():
             draw.ellipse((64, y, 67, y + 3), fill=0)
         dots(draw, 50, 3)
         draw.rectangle((44, 62, 46, 64), fill=0)  # a speck of art beside the dots
+        # A second column ending in the dot of "？", with a speck of dust on its axis.
+        draw.rectangle((104, 54, 105, 54), fill=0)
+        draw.ellipse((103, 58, 106, 61), fill=0)
 
     grey = page_with(marks)
     assert dot_runs(grey, quad(40, 18, 70, 80)) == [3]
+    assert dot_runs(grey, quad(90, 18, 120, 64)) == []  # a dot and a speck are no run
 
 
 def test_dots_are_not_counted_on_a_dark_ground():
