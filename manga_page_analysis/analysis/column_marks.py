@@ -70,6 +70,9 @@ DASH_MAX_BREAK: Final = 0.15
 DASH_CELL_SLACK: Final = 0.25
 """A dash (or a stretched wave dash) is one mark per thickness it spans, rounded up once past
 this share of a cell (a dash set in two cells is shorter than two boxes' thicknesses)."""
+DASH_RUNS_INTO: Final = 0.3
+"""Ink that starts within this many thicknesses of the dash's end is what the dash runs into
+(a balloon's outline, a head drawn below), not ink beside it."""
 DASH_SIDE: Final = 0.15
 """Beside the dash, this many thicknesses either side of the column, there is paper alone (a
 speed line is one of many, and art round a frame line is not paper)."""
@@ -355,7 +358,9 @@ def _stroke_after(
     beside = [
         piece
         for piece in pieces
-        if piece not in chain and piece[1] < s_end - 2 and piece[1] + piece[3] > s_top
+        if piece not in chain
+        and piece[1] < s_end - max(2.0, DASH_RUNS_INTO * thickness)
+        and piece[1] + piece[3] > s_top
     ]
     area = sum(piece[4] for piece in chain)
     s_left = min(piece[0] for piece in chain)

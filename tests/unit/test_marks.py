@@ -326,6 +326,21 @@ def test_a_long_dash_below_a_column_is_taken_in_one_per_cell():
     assert grown[:, 1].min() == 18 and 166 <= grown[:, 1].max() <= 168
 
 
+def test_a_dash_that_runs_into_art_below_it_is_still_a_dash_but_not_one_with_art_beside_it():
+    def column_over(art_top: int) -> np.ndarray:
+        def marks(draw: ImageDraw.ImageDraw) -> None:
+            for cell in range(3):
+                kana(draw, 20 + PITCH * cell)
+            draw.rectangle((54, 112, 55, 160), fill=0)
+            draw.line((58, art_top, 118, art_top - 12), fill=0, width=2)  # a head's outline
+
+        return page_with(marks)
+
+    box = quad(40, 18, 70, 110)
+    assert dash_beyond(column_over(156), box, "柱")[1] == "柱――"  # touches its end
+    assert dash_beyond(column_over(128), box, "柱")[1] == "柱"  # beside its middle
+
+
 def test_a_long_dash_above_a_column_is_taken_in_before_it():
     def marks(draw: ImageDraw.ImageDraw) -> None:
         draw.rectangle((54, 20, 55, 74), fill=0)
