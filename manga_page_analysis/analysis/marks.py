@@ -6,6 +6,7 @@
   side has that cell read again upright; a confident pair of marks is added to the column.
 - **An image that is one piece of lettering** (a crop of a sound effect) is read, where a
   page's rules would drop it (`whole_image_lettering`).
+- Leader dots counted, and long and wave dashes read, down a column: `column_marks`.
 
 `source` images are BGR arrays, as rapidocr reads them; boxes are quadrilaterals (4×2) in them.
 """
