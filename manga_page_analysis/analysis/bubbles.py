@@ -44,6 +44,10 @@ OUTLINE_GAP_PX: Final = 1
 """Gaps this wide in a balloon's outline are closed before its paper is told from the page's:
 on a small scan the outline is a pixel thin, and where its anti-aliased strokes are lighter
 than ink the balloon's paper leaks into the page's (and no line is in a balloon)."""
+SURROUND_SLACK: Final = 0.3
+"""A patch of paper surrounds a line when its box holds the line's but for this many of the
+line's thicknesses on any side (a detected box reaches a little past its glyphs, over the
+outline). Paper the line reaches well out of is art it is printed over, not its balloon."""
 INSIDE_BUBBLE: Final = 0.6
 """A line whose own patch is no balloon (its glyphs cut the paper around it, or it touches
 the outline) is in a balloon when this share of its box lies in the balloon's box."""
@@ -61,10 +65,12 @@ def _placed(
     lines: Sequence[TextLine], labels: NDArray[np.int32], stats: NDArray[np.int32]
 ) -> list[TextLine]:
     """`lines`, each with the label of the patch of paper (`_paper_patches`) that is its
-    balloon, or `None`."""
-    import cv2  # rapidocr's dependency
+    balloon, or `None`. A patch is a line's balloon when it surrounds the line: its box is at
+    least `BUBBLE_MIN_AREA` times the line's and at most `BUBBLE_MAX_AREA` of the page, and
+    holds the line's box (`SURROUND_SLACK`). A line whose own patch is none of these is in
+    the innermost balloon (the smallest) of another line holding that share of it."""
 
-    areas = stats[:, cv2.CC_STAT_AREA]
+    areas = stats[:, 4]  # cv2.CC_STAT_AREA
     height, width = labels.shape
     page_area = height * width
     found: list[int | None] = []
@@ -77,19 +83,18 @@ def _placed(
         if inside.size:
             label = int(np.bincount(inside).argmax())
             box_area = max(1, (x1 - x0) * (y1 - y0))
-            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * page_area:
+            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * page_area and (
+                _share_inside(line, stats[label, :4].tolist()) >= INSIDE_BUBBLE
+            ):
                 bubble = label
         found.append(bubble)
     balloons = {label: stats[label, :4].tolist() for label in found if label is not None}
+    innermost = sorted(balloons.items(), key=lambda item: item[1][2] * item[1][3])
     placed = []
     for line, bubble in zip(lines, found, strict=True):
         if bubble is None:
             bubble = next(
-                (
-                    label
-                    for label, box in balloons.items()
-                    if _share_inside(line, box) >= INSIDE_BUBBLE
-                ),
+                (label for label, box in innermost if _share_inside(line, box) >= INSIDE_BUBBLE),
                 None,
             )
         placed.append(dataclasses.replace(line, bubble=bubble))
@@ -183,6 +188,19 @@ def _paper_patches(
     shut = cv2.erode(paper, kernel) if closed else paper
     _, labels, stats, _ = cv2.connectedComponentsWithStats(shut, connectivity=4)
     return paper, np.asarray(labels, dtype=np.int32), np.asarray(stats, dtype=np.int32)
+
+
+def _surrounds(box: list[int], line: TextLine) -> bool:
+    """True when `box` (left, top, width, height) holds the line's box but for
+    `SURROUND_SLACK` of its thickness on any side."""
+    left, top, width, height = box
+    slack = SURROUND_SLACK * line.thickness
+    return (
+        line.x0 >= left - slack
+        and line.y0 >= top - slack
+        and line.x1 <= left + width + slack
+        and line.y1 <= top + height + slack
+    )
 
 
 def _share_inside(line: TextLine, box: list[int]) -> float:
