@@ -29,6 +29,10 @@ CONTINUE_MIN_SCORE: Final = 0.5
 """A line continues another only when both were read with at least this confidence: pieces
 of one line are one lettering, read alike; garbage read from a drawing (a sound effect)
 touching the end of a name tag is not part of it."""
+CONTINUE_MAX_WIDER: Final = 1.5
+"""The shorter of two lines continuing each other is at most this many times as wide across
+its lane as the longer: a piece of a column is set in the column's width, a sound effect
+drawn under a column spreads wider."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
 LANE_MAX_ALONG: Final = 0.5
@@ -230,10 +234,14 @@ def _near(a: TextLine, b: TextLine) -> bool:
     if vertical:
         beside = x_gap <= JOIN_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SIDE_OVERLAP
         below = y_gap <= CONTINUE_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SAME_LANE
+        piece, line = sorted((a, b), key=lambda line: line.height)
+        across = piece.width <= CONTINUE_MAX_WIDER * line.width
     else:
         beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
         below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
-    return beside or (below and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
+        piece, line = sorted((a, b), key=lambda line: line.width)
+        across = piece.height <= CONTINUE_MAX_WIDER * line.height
+    return beside or (below and across and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
 
 
 def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:

@@ -223,3 +223,11 @@ def test_a_bubble_set_under_one_of_the_row_starts_the_next_row():
     under = column(425, 300, "した")  # y 300..360, under `upper`, reaching a little right
     lines = [under, upper, tall]
     assert page_text(lines).splitlines() == ["ながいながいせりふ", "うえ", "した"]
+
+
+def test_a_sound_effect_drawn_under_a_column_does_not_continue_it():
+    """Read with fair confidence and touching the column's foot, but twice as wide as the
+    column: lettering of the art, not the rest of the column."""
+    name = column(364, 67, "千春ちゃん")  # y 67..217
+    effect = TextLine(310, 222, 388, 281, "ドキ", score=0.63)
+    assert sorted(block.text for block in reading_order([name, effect])) == ["ドキ", "千春ちゃん"]
