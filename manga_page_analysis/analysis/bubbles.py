@@ -44,10 +44,6 @@ OUTLINE_GAP_PX: Final = 1
 """Gaps this wide in a balloon's outline are closed before its paper is told from the page's:
 on a small scan the outline is a pixel thin, and where its anti-aliased strokes are lighter
 than ink the balloon's paper leaks into the page's (and no line is in a balloon)."""
-SURROUND_SLACK: Final = 0.3
-"""A patch of paper surrounds a line when its box holds the line's but for this many of the
-line's thicknesses on any side (a detected box reaches a little past its glyphs, over the
-outline). Paper the line reaches well out of is art it is printed over, not its balloon."""
 INSIDE_BUBBLE: Final = 0.6
 """A line whose own patch is no balloon (its glyphs cut the paper around it, or it touches
 the outline) is in a balloon when this share of its box lies in the balloon's box."""
@@ -65,10 +61,12 @@ def _placed(
     lines: Sequence[TextLine], labels: NDArray[np.int32], stats: NDArray[np.int32]
 ) -> list[TextLine]:
     """`lines`, each with the label of the patch of paper (`_paper_patches`) that is its
-    balloon, or `None`. A patch is a line's balloon when it surrounds the line: its box is at
-    least `BUBBLE_MIN_AREA` times the line's and at most `BUBBLE_MAX_AREA` of the page, and
-    holds the line's box (`SURROUND_SLACK`). A line whose own patch is none of these is in
-    the innermost balloon (the smallest) of another line holding that share of it."""
+    balloon, or `None`. A line's own patch (the commonest in its box) is its balloon when its
+    paper is `BUBBLE_MIN_AREA` times the line's box to `BUBBLE_MAX_AREA` of the page and its
+    box holds `INSIDE_BUBBLE` of the line's (paper a line reaches well out of is art it is
+    printed over). A line whose own patch is no balloon is in the innermost (smallest)
+    balloon of the other lines whose box holds that share of it: a balloon inside the page's
+    open paper, whose box is the whole page, not that paper."""
 
     areas = stats[:, 4]  # cv2.CC_STAT_AREA
     height, width = labels.shape
@@ -188,19 +186,6 @@ def _paper_patches(
     shut = cv2.erode(paper, kernel) if closed else paper
     _, labels, stats, _ = cv2.connectedComponentsWithStats(shut, connectivity=4)
     return paper, np.asarray(labels, dtype=np.int32), np.asarray(stats, dtype=np.int32)
-
-
-def _surrounds(box: list[int], line: TextLine) -> bool:
-    """True when `box` (left, top, width, height) holds the line's box but for
-    `SURROUND_SLACK` of its thickness on any side."""
-    left, top, width, height = box
-    slack = SURROUND_SLACK * line.thickness
-    return (
-        line.x0 >= left - slack
-        and line.y0 >= top - slack
-        and line.x1 <= left + width + slack
-        and line.y1 <= top + height + slack
-    )
 
 
 def _share_inside(line: TextLine, box: list[int]) -> float:

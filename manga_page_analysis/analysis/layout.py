@@ -355,8 +355,9 @@ def _beside_share(block: Block, other: Block) -> float:
 def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
     """Rows top to bottom; within a row right to left (or left to right). A block starting
     above the middle of one of the row's blocks is in the row; so is one lying beside one of
-    them on the side read later, over or under none (`ROW_MIN_BESIDE`). Such a block set low does not
-    draw the blocks below it into the row: only the first kind is measured against."""
+    them on the side read later, over or under none (`ROW_MIN_BESIDE`). A block set low that
+    joined the second way does not draw the blocks under it into the row: only blocks of the
+    first kind are measured against."""
 
     def across(block: Block) -> float:
         return -block.x1 if right_to_left else block.x0
