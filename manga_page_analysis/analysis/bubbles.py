@@ -61,10 +61,14 @@ def _placed(
     lines: Sequence[TextLine], labels: NDArray[np.int32], stats: NDArray[np.int32]
 ) -> list[TextLine]:
     """`lines`, each with the label of the patch of paper (`_paper_patches`) that is its
-    balloon, or `None`."""
-    import cv2  # rapidocr's dependency
+    balloon, or `None`. A line's own patch (the commonest in its box) is its balloon when its
+    paper is `BUBBLE_MIN_AREA` times the line's box to `BUBBLE_MAX_AREA` of the page and its
+    box holds `INSIDE_BUBBLE` of the line's (paper a line reaches well out of is art it is
+    printed over). A line whose own patch is no balloon is in the innermost (smallest)
+    balloon of the other lines whose box holds that share of it: a balloon inside the page's
+    open paper, whose box is the whole page, not that paper."""
 
-    areas = stats[:, cv2.CC_STAT_AREA]
+    areas = stats[:, 4]  # cv2.CC_STAT_AREA
     height, width = labels.shape
     page_area = height * width
     found: list[int | None] = []
@@ -77,19 +81,18 @@ def _placed(
         if inside.size:
             label = int(np.bincount(inside).argmax())
             box_area = max(1, (x1 - x0) * (y1 - y0))
-            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * page_area:
+            if BUBBLE_MIN_AREA * box_area <= areas[label] <= BUBBLE_MAX_AREA * page_area and (
+                _share_inside(line, stats[label, :4].tolist()) >= INSIDE_BUBBLE
+            ):
                 bubble = label
         found.append(bubble)
     balloons = {label: stats[label, :4].tolist() for label in found if label is not None}
+    innermost = sorted(balloons.items(), key=lambda item: item[1][2] * item[1][3])
     placed = []
     for line, bubble in zip(lines, found, strict=True):
         if bubble is None:
             bubble = next(
-                (
-                    label
-                    for label, box in balloons.items()
-                    if _share_inside(line, box) >= INSIDE_BUBBLE
-                ),
+                (label for label, box in innermost if _share_inside(line, box) >= INSIDE_BUBBLE),
                 None,
             )
         placed.append(dataclasses.replace(line, bubble=bubble))

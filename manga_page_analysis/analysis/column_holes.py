@@ -16,15 +16,29 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
+from numpy.typing import NDArray
 from PIL import Image
 
-from manga_page_analysis.analysis.layout import TextLine, reading_order
+from manga_page_analysis.analysis.layout import SAME_SIZE, TextLine, reading_order
 
+INK_LEVEL: Final = 128
+"""A pixel darker than this (0-255) is ink."""
 HOLE_PITCHES: Final = 1.7
 """Two neighbouring columns at least this many pitches apart (the block's median distance
 between neighbouring columns' middles) have a column missing between them."""
 HOLE_MIN_COLUMNS: Final = 3
 """The pitch is measured on a block of at least this many columns."""
+EDGE_INK_SHARE: Final = 0.5
+"""A strip one column thick beside a block's outer column, over the block's height, whose
+share of ink is at least this share of the block's own, may hold a column the page-wide
+detection missed at the block's edge (lettering on art, a column set apart)."""
+EDGE_REACH: Final = 1.5
+"""The outer column is detected again with this many of its thicknesses of page beside it
+(the page-wide boxes of small lettering lie a little off it)."""
+EDGE_MIN_COLUMNS: Final = 2
+"""Only a block of at least this many columns is looked at beside its edges (a lone column
+beside art would be looked at on every page)."""
 HOLE_CENTRE_SHARE: Final = 1 / 3
 """A column found again is the missing one when its middle lies within this share of the
 pitch of the hole's middle (pieces of the neighbours cut by the strip lie near its edges)."""
@@ -79,9 +93,69 @@ def column_holes(lines: Sequence[TextLine]) -> list[Hole]:
     return holes
 
 
+@dataclass(frozen=True, slots=True)
+class Edge:
+    """Beside a block's outer column: `region` (x0, y0, x1, y1, page pixels) is the block's box
+    grown by a column's thickness on that side, and a column found there again belongs to the
+    block when it lies beyond `outer` (the outer column's middle) on that side, along most of
+    the block's height, in about the block's thickness."""
+
+    region: tuple[int, int, int, int]
+    outer: float
+    right: bool
+    thickness: float
+
+    def holds(self, line: TextLine) -> bool:
+        middle = (line.x0 + line.x1) / 2
+        beyond = middle > self.outer if self.right else middle < self.outer
+        _, y0, _, y1 = self.region
+        along = (min(line.y1, y1) - max(line.y0, y0)) / max(1.0, line.height)
+        return (
+            beyond
+            and line.orientation == "v"
+            and along >= 0.5
+            and self.thickness / SAME_SIZE <= line.thickness <= SAME_SIZE * self.thickness
+        )
+
+
+def block_edges(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[Edge]:
+    """The edges of the vertical blocks of `lines` (at least `EDGE_MIN_COLUMNS` columns)
+    where the strip beside the outer column holds ink like the block's (`EDGE_INK_SHARE`).
+    `grey`: the page."""
+    from manga_page_analysis.analysis.bubbles import in_bubbles  # which imports layout
+
+    height, width = grey.shape
+    edges = []
+    # A balloon's missed column is sought by reading the balloon again (`bubbles`).
+    for block in reading_order([line for line in in_bubbles(lines, grey) if line.bubble is None]):
+        columns = _columns(block.lines)
+        if not block.vertical or len(columns) < EDGE_MIN_COLUMNS:
+            continue
+        thickness = statistics.median(line.thickness for line in block.lines)
+        y0, y1 = max(0, int(block.y0)), min(height, int(block.y1) + 1)
+        x0, x1 = max(0, int(block.x0)), min(width, int(block.x1) + 1)
+        own = _ink_share(grey[y0:y1, x0:x1])
+        for right, outer in ((True, columns[-1]), (False, columns[0])):
+            near, far = (x1, x1 + int(thickness)) if right else (x0 - int(thickness), x0)
+            strip = grey[y0:y1, max(0, near) : min(width, far)]
+            if strip.size and _ink_share(strip) >= EDGE_INK_SHARE * own:
+                # The outer column and the strip: the column gives the detector its context.
+                outer_x0 = int(min(line.x0 for line in outer))
+                outer_x1 = int(max(line.x1 for line in outer)) + 1
+                reach = int(EDGE_REACH * thickness)
+                region = (
+                    (max(0, outer_x0), y0, min(width, x1 + reach), y1)
+                    if right
+                    else (max(0, x0 - reach), y0, min(width, outer_x1), y1)
+                )
+                edges.append(Edge(region, _middle(outer), right, thickness))
+    return edges
+
+
 def read_holes(engine: Any, page: Image.Image, lines: Sequence[TextLine]) -> list[TextLine]:
     """The columns found in the holes between `lines`' columns (page pixels), each detected
-    again in the strip of page the hole spans."""
+    again in the strip of page the hole spans, and beside the blocks' edges (`block_edges`),
+    each block detected again with its edge."""
     from manga_page_analysis.analysis.ocr_pipeline import read_lines
 
     found = []
@@ -90,7 +164,18 @@ def read_holes(engine: Any, page: Image.Image, lines: Sequence[TextLine]) -> lis
         strip = page.crop((x0, y0, int(hole.x1) + 1, int(hole.y1) + 1))
         again = [line.moved(x0, y0) for line in read_lines(engine, strip, look_twice=False)]
         found += [line for line in again if hole.holds(line)]
+    for edge in block_edges(lines, np.asarray(page.convert("L"))):
+        x0, y0, x1, y1 = edge.region
+        known = [line.moved(-x0, -y0) for line in lines]
+        crop = page.crop((x0, y0, x1, y1))
+        again = [line.moved(x0, y0) for line in read_lines(engine, crop, known, look_twice=False)]
+        found += [line for line in again if edge.holds(line)]
     return found
+
+
+def _ink_share(grey: NDArray[np.uint8]) -> float:
+    """The share of `grey`'s pixels that are ink (`INK_LEVEL`)."""
+    return float((grey < INK_LEVEL).mean()) if grey.size else 0.0
 
 
 def _columns(lines: Sequence[TextLine]) -> list[list[TextLine]]:

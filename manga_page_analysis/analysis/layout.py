@@ -29,6 +29,10 @@ CONTINUE_MIN_SCORE: Final = 0.5
 """A line continues another only when both were read with at least this confidence: pieces
 of one line are one lettering, read alike; garbage read from a drawing (a sound effect)
 touching the end of a name tag is not part of it."""
+CONTINUE_MAX_WIDER: Final = 1.5
+"""The shorter of two lines continuing each other is at most this many times as wide across
+its lane as the longer: a piece of a column is set in the column's width, a sound effect
+drawn under a column spreads wider."""
 SAME_LANE: Final = 0.5
 """Two lines share a column (or a row) when they overlap by this fraction of the thinner one."""
 LANE_MAX_ALONG: Final = 0.5
@@ -36,6 +40,12 @@ LANE_MAX_ALONG: Final = 0.5
 lanes (two rows of a slanted caption), however close their centres."""
 SAME_SIZE: Final = 2.0
 """Lines of one block differ in thickness by at most this factor."""
+
+ROW_MIN_BESIDE: Final = 0.5
+"""A block lying beside a block of a row along more than this share of its height, on the
+side read later, and over or under none of them (sharing no width with one), is read in that
+row, though it starts below the middle of each of its blocks (a small balloon set low beside
+a tall one)."""
 
 Box = tuple[float, float, float, float]
 """x0, y0, x1, y1 in pixels, y down."""
@@ -224,10 +234,14 @@ def _near(a: TextLine, b: TextLine) -> bool:
     if vertical:
         beside = x_gap <= JOIN_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SIDE_OVERLAP
         below = y_gap <= CONTINUE_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SAME_LANE
+        piece, line = sorted((a, b), key=lambda line: line.height)
+        across = piece.width <= CONTINUE_MAX_WIDER * line.width
     else:
         beside = y_gap <= JOIN_GAP * size and _overlap(a.x0, a.x1, b.x0, b.x1) >= SIDE_OVERLAP
         below = x_gap <= CONTINUE_GAP * size and _overlap(a.y0, a.y1, b.y0, b.y1) >= SAME_LANE
-    return beside or (below and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
+        piece, line = sorted((a, b), key=lambda line: line.width)
+        across = piece.height <= CONTINUE_MAX_WIDER * line.height
+    return beside or (below and across and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
 
 
 def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
@@ -333,17 +347,43 @@ def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float
     return len(panels)
 
 
+def _beside_share(block: Block, other: Block) -> float:
+    """The share of `block`'s height that `other` lies beside."""
+    return (min(block.y1, other.y1) - max(block.y0, other.y0)) / max(1.0, block.y1 - block.y0)
+
+
 def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
-    """Rows top to bottom; within a row right to left (or left to right)."""
+    """Rows top to bottom; within a row right to left (or left to right). A block starting
+    above the middle of one of the row's blocks is in the row; so is one lying beside one of
+    them on the side read later, over or under none (`ROW_MIN_BESIDE`). A block set low that
+    joined the second way does not draw the blocks under it into the row: only blocks of the
+    first kind are measured against."""
 
     def across(block: Block) -> float:
         return -block.x1 if right_to_left else block.x0
 
     rows: list[list[Block]] = []
+    anchors: list[Block] = []  # the current row's blocks that started high in it
     for block in sorted(blocks, key=lambda block: (block.y0, across(block))):
-        row = rows[-1] if rows else None
-        if row is not None and any(block.y0 < (other.y0 + other.y1) / 2 for other in row):
-            row.append(block)
+        if rows and any(block.y0 < (other.y0 + other.y1) / 2 for other in anchors):
+            rows[-1].append(block)
+            anchors.append(block)
+        elif rows and _read_later_beside(block, rows[-1], anchors, across):
+            rows[-1].append(block)
         else:
             rows.append([block])
+            anchors = [block]
     return [block for row in rows for block in sorted(row, key=across)]
+
+
+def _read_later_beside(
+    block: Block, row: list[Block], anchors: list[Block], across: Callable[[Block], float]
+) -> bool:
+    """True when `block` lies beside one of `anchors` along more than `ROW_MIN_BESIDE` of its
+    height, on the side read later, and shares no width with any of `row`'s blocks (it is
+    over or under none)."""
+    beside = any(
+        _beside_share(block, other) > ROW_MIN_BESIDE and across(block) > across(other)
+        for other in anchors
+    )
+    return beside and not any(_overlap(block.x0, block.x1, o.x0, o.x1) > 0 for o in row)

@@ -116,3 +116,38 @@ def test_a_balloon_holding_no_line_is_sought_only_in_paper_wholly_enclosed():
         grey[top : top + 20, 240:260] = 30
     read = TextLine(296, 116, 334, 384, "まあドンマイ")
     assert empty_bubbles([read], grey) == []
+
+
+def test_a_line_reaching_well_out_of_a_patch_of_paper_is_not_in_it():
+    """Lettering printed over art, its lower half on a patch of paper (a face): the patch
+    does not surround it, so it is no balloon of it, and the column beside it on the art
+    stays in its block."""
+    grey = np.full((800, 500), 120, dtype=np.uint8)  # art
+    grey[300:500, 205:400] = 250  # a patch of paper under the lower half of one column
+    grey[150:450, 200:230] = 30  # that column
+    grey[150:450, 164:192] = 30  # the next column, on the art
+    right = TextLine(196, 146, 234, 454, "いろいろ悩んでた")
+    left = TextLine(160, 146, 194, 454, "癒されてくのを")
+    placed = in_bubbles([right, left], grey)
+    assert [line.bubble for line in placed] == [None, None]
+    assert [block.text for block in reading_order(placed)] == ["いろいろ悩んでた癒されてくのを"]
+
+
+def test_a_column_filling_a_small_balloon_is_in_that_balloon_not_in_a_larger_one():
+    """A bold column leaves its small balloon too little paper to count as its own; it is
+    in the innermost balloon holding it (its neighbour's), not the ring of page paper whose
+    box holds the whole page."""
+    grey = np.full((800, 500), 120, dtype=np.uint8)
+    grey[40:760, 40:460] = 250  # a ring of paper round the art (the page's gutters)
+    grey[75:725, 75:425] = 120
+    grey[45:70, 100:300] = 30  # a line of text in the ring
+    grey[200:400, 150:350] = 20  # a small balloon's outline
+    grey[204:396, 154:346] = 250  # its paper
+    grey[220:380, 300:330] = 30  # a column
+    grey[220:380, 180:260] = 30  # a bold column, nearly as wide as the balloon's paper
+    ring_line = TextLine(96, 42, 304, 72, "おしらせ")
+    column = TextLine(296, 216, 334, 384, "それにしても")
+    bold = TextLine(176, 216, 264, 384, "ねぇ")
+    placed = in_bubbles([ring_line, column, bold], grey)
+    assert placed[1].bubble is not None
+    assert placed[2].bubble == placed[1].bubble != placed[0].bubble

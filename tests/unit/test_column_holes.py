@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from manga_page_analysis.analysis.column_holes import Hole, column_holes
+from manga_page_analysis.analysis.column_holes import Edge, Hole, block_edges, column_holes
 from manga_page_analysis.analysis.layout import TextLine
 
 
@@ -58,3 +59,40 @@ def test_only_a_column_in_the_middle_of_the_hole_is_the_missing_one():
     assert hole.holds(column(452, "ラーメンを"))  # middle 472, the hole's
     assert not hole.holds(TextLine(448, 100, 468, 220, "おかず"))  # a neighbour cut by the strip
     assert not hole.holds(TextLine(440, 100, 500, 120, "ラーメン"))  # a row, not a column
+
+
+def page_with_columns(*lefts: int) -> np.ndarray:
+    """Open paper with columns of glyphs (ink squares 24 px, 6 px apart) at `lefts`."""
+    grey = np.full((400, 600), 250, dtype=np.uint8)
+    for left in lefts:
+        for top in range(100, 280, 30):
+            grey[top : top + 24, left : left + 24] = 30
+    return grey
+
+
+def lettered(left: int, text: str) -> TextLine:
+    return TextLine(left - 3, 97, left + 27, 283, text)
+
+
+def test_ink_beside_a_blocks_outer_column_is_an_edge_to_read_again():
+    """Three columns on open paper, the right-hand one missed by the detection."""
+    grey = page_with_columns(300, 330, 360)
+    [edge] = block_edges([lettered(300, "いろいろ"), lettered(330, "悩んでた")], grey)
+    assert edge.right
+    left, top, right, bottom = edge.region
+    assert left <= 327 and right >= 387  # the outer column and a column's thickness beside it
+    assert (top, bottom) == (97, 284)
+
+
+def test_paper_beside_a_block_is_no_edge_nor_is_a_lone_column():
+    grey = page_with_columns(300, 330)
+    assert block_edges([lettered(300, "いろいろ"), lettered(330, "悩んでた")], grey) == []
+    assert block_edges([lettered(300, "いろいろ")], page_with_columns(300, 330)) == []
+
+
+def test_a_column_found_beside_the_edge_belongs_to_the_block():
+    edge = Edge((297, 97, 387, 284), outer=342, right=True, thickness=30)
+    assert edge.holds(lettered(360, "悦吏子のことで"))
+    assert not edge.holds(lettered(330, "悩んでた"))  # the outer column itself, found again
+    assert not edge.holds(TextLine(355, 97, 387, 112, "ドキ"))  # a row, not a column
+    assert not edge.holds(TextLine(355, 97, 475, 283, "ドキドキ"))  # far thicker: art

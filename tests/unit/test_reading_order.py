@@ -203,3 +203,31 @@ def test_a_column_beside_a_wider_box_of_its_bubble_still_joins_it():
     # The right column's box took in its ruby; the gap is a few pixels.
     lines = [TextLine(440, 100, 490, 250, "ございます"), column(405, 100, "ました")]
     assert len(reading_order(lines)) == 1
+
+
+def test_a_small_bubble_set_low_beside_a_tall_one_is_read_in_its_row():
+    """A small bubble starts below the middle of each bubble of the row, but lies beside the
+    tall one on the side read next: it is read after it, before the row's next bubble."""
+    tall = column(500, 100, "ながいながいせりふ")  # y 100..370
+    low = column(440, 300, "ねぇ")  # y 300..360, left of the tall one
+    far_left = column(200, 120, "つぎ")  # starts high: in the row
+    lines = [far_left, low, tall]
+    assert page_text(lines).splitlines() == ["ながいながいせりふ", "ねぇ", "つぎ"]
+
+
+def test_a_bubble_set_under_one_of_the_row_starts_the_next_row():
+    """Beside a tall bubble, but under another bubble of the row (across the same span): it
+    is read after the row, and bubbles below it do not join the row through it."""
+    tall = column(500, 100, "ながいながいせりふ")  # y 100..370
+    upper = column(420, 110, "うえ")  # y 110..170
+    under = column(425, 300, "した")  # y 300..360, under `upper`, reaching a little right
+    lines = [under, upper, tall]
+    assert page_text(lines).splitlines() == ["ながいながいせりふ", "うえ", "した"]
+
+
+def test_a_sound_effect_drawn_under_a_column_does_not_continue_it():
+    """Read with fair confidence and touching the column's foot, but twice as wide as the
+    column: lettering of the art, not the rest of the column."""
+    name = column(364, 67, "千春ちゃん")  # y 67..217
+    effect = TextLine(310, 222, 388, 281, "ドキ", score=0.63)
+    assert sorted(block.text for block in reading_order([name, effect])) == ["ドキ", "千春ちゃん"]
