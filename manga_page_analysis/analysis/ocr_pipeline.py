@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
+from manga_page_analysis.analysis.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.layout import TextLine, is_column
 from manga_page_analysis.analysis.marks import read_marks
 from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
@@ -125,6 +126,7 @@ def read_lines(
     )
     texts, scores = _read_voicing_again(recogniser, crops, texts, scores)
     boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    texts, scores = read_without_ruby(recogniser, source, boxes, texts, scores)
     texts = read_marks(recogniser, source, boxes, texts)
     lines = []
     # Boxes grow into the paper added around the page: clipped back to the page.
