@@ -164,17 +164,23 @@ class Block:
 
 
 def reading_order(
-    lines: Sequence[TextLine], panels: Sequence[Box] = (), *, right_to_left: bool = True
+    lines: Sequence[TextLine],
+    panels: Sequence[Box] = (),
+    *,
+    right_to_left: bool = True,
+    apart: Callable[[TextLine, TextLine], bool] | None = None,
 ) -> list[Block]:
     """The blocks of `lines` in reading order, each with its lines in order.
 
     `panels`: panel boxes already in reading order (`manga_page_analysis.analysis.panels`);
     a block belongs to the panel holding its centre, and the panels are read
     in turn. Without panels the page is one panel. `right_to_left`: manga
-    order; `False` reads rows left to right (comics, webtoons).
+    order; `False` reads rows left to right (comics, webtoons). `apart`: two near lines it
+    holds apart (a rule drawn between them: `manga_page_analysis.analysis.rules`) are not
+    joined.
     """
     by_panel: dict[float, list[Block]] = {}
-    for block in (_order_block(group) for group in _group(lines)):
+    for block in (_order_block(group) for group in _group(lines, apart)):
         by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
@@ -244,7 +250,9 @@ def _near(a: TextLine, b: TextLine) -> bool:
     return beside or (below and across and min(a.score, b.score) >= CONTINUE_MIN_SCORE)
 
 
-def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
+def _group(
+    lines: Sequence[TextLine], apart: Callable[[TextLine, TextLine], bool] | None = None
+) -> list[list[TextLine]]:
     """Connected groups of near, orientation-compatible lines (union-find; pages are small)."""
     parent = list(range(len(lines)))
 
@@ -257,7 +265,7 @@ def _group(lines: Sequence[TextLine]) -> list[list[TextLine]]:
     for i, a in enumerate(lines):
         for j in range(i + 1, len(lines)):
             b = lines[j]
-            if _compatible(a, b) and _near(a, b):
+            if _compatible(a, b) and _near(a, b) and not (apart and apart(a, b)):
                 parent[root(i)] = root(j)
     groups: dict[int, list[TextLine]] = {}
     for i, line in enumerate(lines):

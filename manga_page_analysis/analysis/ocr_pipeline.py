@@ -11,6 +11,7 @@ than its `__call__`, which has no per-call scale (why threads may share them: `m
 from __future__ import annotations
 
 import statistics
+import unicodedata
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -19,6 +20,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
 from manga_page_analysis.analysis.column_marks import dots_and_dashes
+from manga_page_analysis.analysis.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.layout import TextLine, is_column
 from manga_page_analysis.analysis.marks import read_marks
 from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
@@ -65,6 +67,12 @@ INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink, where the cut between two columns is sought."""
 MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
+DOUBTFUL_BOX_SCORE: Final = 0.4
+"""A box the detector scores from this up to its own bar (0.5), which it would drop, is
+doubtful: a line of white lettering outlined in black scores low. It is read, ..."""
+DOUBTFUL_MIN_TEXT_SCORE: Final = 0.85
+"""... and kept when read with at least this confidence and no box found surely covers it
+(docs/ocr.md, "Doubtful boxes")."""
 
 
 def read_lines(
@@ -81,7 +89,7 @@ def read_lines(
     source = engine.load_img(padded)  # as rapidocr reads an image (BGR)
     detector = engine._load_det_model()
     scale = min(1.0, DET_MAX_SIDE / max(padded.size))
-    boxes = _detect(detector, source, scale)
+    boxes, doubtful = _detect(detector, source, scale)
     second_look = look_twice and padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
         thickness = statistics.median(_thickness(box) for box in boxes)
@@ -94,11 +102,11 @@ def read_lines(
                 DET_UPSCALED_MAX_SIDE / max(padded.size),
             )
             if enlarged > scale * 1.2:
-                boxes = _detect(detector, source, enlarged)
+                boxes, doubtful = _detect(detector, source, enlarged)
                 second_look = False
     if second_look:
         # Stylised lettering thicker than print is sometimes found only enlarged.
-        extra = _detect(detector, source, SECOND_LOOK_SCALE)
+        extra, _ = _detect(detector, source, SECOND_LOOK_SCALE)
         boxes += [box for box in extra if _new(box, boxes)]
     if known:
         seen = [
@@ -106,15 +114,20 @@ def read_lines(
             for line in known
         ]
         boxes = [box for box in boxes if _new(box, seen)]
-    if not boxes:
+        doubtful = [box for box in doubtful if _new(box, seen)]
+    doubtful = [box for box in doubtful if _new(box, boxes)]
+    if not boxes and not doubtful:
         return []
-    crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
     recogniser = engine._load_rec_model()
+    boxes += doubtful
+    crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
     recognised = recogniser(TextRecInput(img=crops))
-    texts, scores = _read_voicing_again(
-        recogniser, crops, list(recognised.txts), list(recognised.scores)
+    boxes, crops, texts, scores = _confirmed(
+        boxes, crops, list(recognised.txts), list(recognised.scores), len(doubtful)
     )
+    texts, scores = _read_voicing_again(recogniser, crops, texts, scores)
     boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    texts, scores = read_without_ruby(recogniser, source, boxes, texts, scores)
     texts = read_marks(recogniser, source, boxes, texts)
     boxes, texts = dots_and_dashes(source, boxes, texts)  # "……" counted, "――" past the box
     lines = []
@@ -125,6 +138,35 @@ def read_lines(
             quad = np.clip(box - margin, 0.0, limit)
             lines.append(TextLine.from_quad(quad.tolist(), text, float(score)))
     return lines
+
+
+def _confirmed(
+    boxes: list[NDArray[np.float32]],
+    crops: list[NDArray[np.uint8]],
+    texts: list[str],
+    scores: list[float],
+    doubtful: int,
+) -> tuple[list[NDArray[np.float32]], list[NDArray[np.uint8]], list[str], list[float]]:
+    """The lines read, less the last `doubtful` (boxes the detector scored under its bar)
+    unless read as words (two letters or more: a lone letter or digits is what the
+    recogniser makes of a stroke of art) with at least `DOUBTFUL_MIN_TEXT_SCORE`: only
+    words read confidently confirm a box the detector doubted."""
+    sure = len(boxes) - doubtful
+    keep = [
+        index
+        for index, (text, score) in enumerate(zip(texts, scores, strict=True))
+        if index < sure or (score >= DOUBTFUL_MIN_TEXT_SCORE and _letters(text) >= 2)
+    ]
+    return (
+        [boxes[index] for index in keep],
+        [crops[index] for index in keep],
+        [texts[index] for index in keep],
+        [float(scores[index]) for index in keep],
+    )
+
+
+def _letters(text: str) -> int:
+    return sum(1 for char in text if unicodedata.category(char)[0] == "L")
 
 
 def _split_merged_columns(
@@ -228,8 +270,11 @@ def _read_voicing_again(
     return texts, scores
 
 
-def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArray[np.float32]]:
-    """Quadrilaterals (4×2, in `image`'s pixels) found with the image scaled by `scale`."""
+def _detect(
+    detector: Any, image: NDArray[np.uint8], scale: float
+) -> tuple[list[NDArray[np.float32]], list[NDArray[np.float32]]]:
+    """Quadrilaterals (4×2, in `image`'s pixels) found with the image scaled by `scale`, and
+    those found doubtfully (`_run_detector`)."""
     import cv2  # rapidocr's own dependency; its detector was trained on cv2-resized pages
 
     height, width = image.shape[:2]
@@ -237,36 +282,52 @@ def _detect(detector: Any, image: NDArray[np.uint8], scale: float) -> list[NDArr
     if scale != 1.0:
         size = (max(32, round(width * scale)), max(32, round(height * scale)))
         scaled = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    found = _run_detector(detector, scaled)
-    if found is None:
-        return []
+    sure, doubtful = _run_detector(detector, scaled)
     back = np.array([width / scaled.shape[1], height / scaled.shape[0]], dtype=np.float32)
-    return [np.asarray(box, dtype=np.float32) * back for box in found]
+    return (
+        [np.asarray(box, dtype=np.float32) * back for box in sure],
+        [np.asarray(box, dtype=np.float32) * back for box in doubtful],
+    )
 
 
-def _run_detector(detector: Any, image: NDArray[Any]) -> NDArray[np.int32] | None:
-    """The boxes rapidocr's detector finds in `image` (BGR), sorted as it sorts them; None
-    when it finds none. What its own call does, with two costs left out: it rebuilds its
-    pre-processor on every call (reading its settings through OmegaConf), and normalises the
-    image in float64. Here it is normalised in float32, to the same bits: with a mean and
-    standard deviation of 0.5, the subtraction is rounded once either way and the division
-    is exact."""
-    from rapidocr.ch_ppocr_det.utils import DetPreProcess
+def _run_detector(
+    detector: Any, image: NDArray[Any]
+) -> tuple[list[NDArray[np.int32]], list[NDArray[np.int32]]]:
+    """The boxes rapidocr's detector finds in `image` (BGR), sorted as it sorts them, and
+    apart from them those it scores from `DOUBTFUL_BOX_SCORE` up to its own bar (which it
+    drops). What its own call does, with two costs left out: it rebuilds its pre-processor
+    on every call (reading its settings through OmegaConf), and normalises the image in
+    float64. Here it is normalised in float32, to the same bits: with a mean and standard
+    deviation of 0.5, the subtraction is rounded once either way and the division is exact."""
+    from rapidocr.ch_ppocr_det.utils import DBPostProcess, DetPreProcess
 
     prepare = DetPreProcess(
         detector.limit_side_len, detector.limit_type, list(detector.mean), list(detector.std)
     )
     resized = prepare.resize(image)  # to a multiple of 32 px, as the network requires
     if resized is None:
-        return None
+        return [], []
     mean, std = prepare.mean.astype(np.float32), prepare.std.astype(np.float32)
     normalized = (resized.astype(np.float32) * np.float32(prepare.scale) - mean) / std
     batch = np.ascontiguousarray(normalized.transpose(2, 0, 1)[np.newaxis])
-    boxes, _ = detector.postprocess_op(detector.session(batch), image.shape[:2])
-    if len(boxes) < 1:
-        return None
-    sorted_boxes: NDArray[np.int32] = detector.sorted_boxes(boxes)
-    return sorted_boxes
+    own = detector.postprocess_op
+    # Built per call with the lower bar: the detector's own is shared between threads.
+    lenient = DBPostProcess(
+        thresh=own.thresh,
+        box_thresh=min(own.box_thresh, DOUBTFUL_BOX_SCORE),
+        max_candidates=own.max_candidates,
+        unclip_ratio=own.unclip_ratio,
+        score_mode=own.score_mode,
+        use_dilation=own.dilation_kernel is not None,
+    )
+    boxes, scores = lenient(detector.session(batch), image.shape[:2])
+    sure = [box for box, score in zip(boxes, scores, strict=True) if score >= own.box_thresh]
+    doubtful = [box for box, score in zip(boxes, scores, strict=True) if score < own.box_thresh]
+    return _sorted(detector, sure), _sorted(detector, doubtful)
+
+
+def _sorted(detector: Any, boxes: list[NDArray[np.int32]]) -> list[NDArray[np.int32]]:
+    return list(detector.sorted_boxes(np.array(boxes))) if boxes else []
 
 
 def _thickness(box: NDArray[np.float32]) -> float:

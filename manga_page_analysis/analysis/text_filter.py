@@ -20,6 +20,7 @@ from manga_page_analysis.analysis.bubbles import in_bubbles
 from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
 from manga_page_analysis.analysis.marks import whole_image_lettering
 from manga_page_analysis.analysis.panels import find_panels
+from manga_page_analysis.analysis.rules import ruled_apart
 
 FURIGANA_MAX_RATIO: Final = 0.7
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
@@ -61,7 +62,8 @@ def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) 
         kept = in_bubbles(kept, grey)
     right_to_left = is_right_to_left(kept)
     panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
-    blocks = reading_order(kept, panels, right_to_left=right_to_left)
+    apart = ruled_apart(grey) if grey is not None else None
+    blocks = reading_order(kept, panels, right_to_left=right_to_left, apart=apart)
     read = dialogue_blocks([block for block in blocks if block.text])
     if not read and grey is not None:
         # An image that is one piece of lettering was sent to be read: no page rules.
