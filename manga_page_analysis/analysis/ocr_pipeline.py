@@ -111,17 +111,15 @@ def read_lines(
         boxes = [box for box in boxes if _new(box, seen)]
     if not boxes:
         return []
-    # Only small lettering is cut enlarged: a title among it is cut as it is.
-    crops = [
-        _line_crop(source, box, cut_scale if _thickness(box) < DET_SMALL_TEXT_PX else 1.0)
-        for box in boxes
-    ]
+    crops = [_line_crop(source, box, cut_scale) for box in boxes]
     recogniser = engine._load_rec_model()
     recognised = recogniser(TextRecInput(img=crops))
     texts, scores = _read_voicing_again(
         recogniser, crops, list(recognised.txts), list(recognised.scores)
     )
-    boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    boxes, texts, scores = _split_merged_columns(
+        recogniser, source, boxes, texts, scores, cut_scale=cut_scale
+    )
     texts = read_marks(recogniser, source, boxes, texts)
     lines = []
     # Boxes grow into the paper added around the page: clipped back to the page.
@@ -138,14 +136,15 @@ def _line_crop(
 ) -> NDArray[np.uint8]:
     """The line in `box` (4x2, in `source`'s pixels) cut out and laid horizontal, as rapidocr
     cuts it, from `source` enlarged by `scale` (bilinear, as `_detect` enlarges it for the
-    detector). Lettering a few pixels thick is recognised better from the image the detector
-    saw than from its own pixels stretched to the recogniser's height in one step (docs/ocr.md,
-    "Figures, round 6: lettering a few pixels thick"). Only the box's surroundings are
-    enlarged."""
+    detector) when the line is small (under `DET_SMALL_TEXT_PX` thick); a thicker line (a
+    title among small lettering) is cut as it is. Lettering a few pixels thick is recognised
+    better from the image the detector saw than from its own pixels stretched to the
+    recogniser's height in one step (docs/ocr.md, "Figures, round 6: lettering a few pixels
+    thick"). Only the box's surroundings are enlarged."""
     import cv2
     from rapidocr.utils.process_img import get_rotate_crop_image
 
-    if scale <= 1.0:
+    if scale <= 1.0 or _thickness(box) >= DET_SMALL_TEXT_PX:
         return get_rotate_crop_image(source, box.copy())
     height, width = source.shape[:2]
     # Pixels round the box, so that the interpolation at its edges sees the page round it.
@@ -171,15 +170,17 @@ def _split_merged_columns(
     boxes: list[NDArray[np.float32]],
     texts: list[str],
     scores: list[float],
+    *,
+    cut_scale: float = 1.0,
 ) -> tuple[list[NDArray[np.float32]], list[str], list[float]]:
     """The boxes with their readings, where a column box as thick as two columns
     (`MERGED_COLUMN_RATIO` of the image's median column) read doubtfully (under
     `MERGED_COLUMN_BELOW`) is cut in two at the lightest band down its middle third and each
     half read on its own. The halves read (text, at least `MIN_TEXT_SCORE`) replace the box
     when each is read more confidently than the whole; the right half comes first.
-    `source`: the image the boxes lie in (BGR)."""
+    `source`: the image the boxes lie in (BGR); `cut_scale`: the halves are cut from it
+    enlarged so, as the lines were (`_line_crop`)."""
     from rapidocr.ch_ppocr_rec import TextRecInput
-    from rapidocr.utils.process_img import get_rotate_crop_image
 
     columns = [box for box in boxes if is_column(box)]
     if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
@@ -197,7 +198,7 @@ def _split_merged_columns(
         ):
             halves = _halves(box, source)
         if halves:
-            crops = [get_rotate_crop_image(source, half.copy()) for half in halves]
+            crops = [_line_crop(source, half, cut_scale) for half in halves]
             again = recogniser(TextRecInput(img=crops))
             read = [
                 (half, half_text, float(half_score))

@@ -41,6 +41,12 @@ def test_a_line_cut_at_its_own_scale_is_cut_as_rapidocr_cuts_it():
     assert np.array_equal(_line_crop(source, box, 1.0), get_rotate_crop_image(source, box.copy()))
 
 
+def test_a_print_size_line_is_cut_as_it_is_whatever_the_scale():
+    source = bgr(small_column_page())
+    box = quad(96, 38, 118, 122)  # 22 px thick: not small
+    assert np.array_equal(_line_crop(source, box, 2.0), get_rotate_crop_image(source, box.copy()))
+
+
 def test_a_line_cut_enlarged_is_laid_horizontal_at_that_scale_with_its_ink_in_place():
     source = bgr(small_column_page())
     box = quad(98, 38, 110, 122)  # 12 px thick, 84 px long
