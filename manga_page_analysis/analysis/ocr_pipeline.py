@@ -2,7 +2,8 @@
 
 rapidocr's own pipeline enlarges the short side to 736 px. Here a page is detected at its own
 size (scaled down to `DET_MAX_SIDE` at most), enlarged only when its lettering is small; each
-line is recognised from the full-resolution image (docs/ocr.md, "What it reads").
+line is recognised from the full-resolution image, or from the image enlarged as the detector
+saw it when its lettering was small (docs/ocr.md, "What it reads").
 
 Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
 than its `__call__`, which has no per-call scale (why threads may share them: `manga_page_analysis.analysis.ocr`).
@@ -65,6 +66,8 @@ MERGED_COLUMN_MIN_COLUMNS: Final = 3
 """The median column is measured on at least this many columns (a single bubble has few)."""
 INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink, where the cut between two columns is sought."""
+LINE_CUT_MARGIN_PX: Final = 2
+"""A line cut from an enlarged image is enlarged with this many pixels round its box."""
 MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
 DOUBTFUL_BOX_SCORE: Final = 0.4
@@ -82,7 +85,6 @@ def read_lines(
     `known`: lines already read (in `page`'s pixels); boxes found again are not read again.
     `look_twice=False`: no second, enlarged look at a small image."""
     from rapidocr.ch_ppocr_rec import TextRecInput
-    from rapidocr.utils.process_img import get_rotate_crop_image
 
     margin = max(PAD_MIN_PX, round(PAD_SHARE * min(page.size)))
     padded = ImageOps.expand(page, border=margin, fill="white")
@@ -90,6 +92,7 @@ def read_lines(
     detector = engine._load_det_model()
     scale = min(1.0, DET_MAX_SIDE / max(padded.size))
     boxes, doubtful = _detect(detector, source, scale)
+    cut_scale = 1.0  # the lines are cut from the image at this scale (`_line_crop`)
     second_look = look_twice and padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
         thickness = statistics.median(_thickness(box) for box in boxes)
@@ -104,6 +107,7 @@ def read_lines(
             if enlarged > scale * 1.2:
                 boxes, doubtful = _detect(detector, source, enlarged)
                 second_look = False
+                cut_scale = enlarged
     if second_look:
         # Stylised lettering thicker than print is sometimes found only enlarged.
         extra, _ = _detect(detector, source, SECOND_LOOK_SCALE)
@@ -120,13 +124,15 @@ def read_lines(
         return []
     recogniser = engine._load_rec_model()
     boxes += doubtful
-    crops = [get_rotate_crop_image(source, box.copy()) for box in boxes]
+    crops = [_line_crop(source, box, cut_scale) for box in boxes]
     recognised = recogniser(TextRecInput(img=crops))
     boxes, crops, texts, scores = _confirmed(
         boxes, crops, list(recognised.txts), list(recognised.scores), len(doubtful)
     )
     texts, scores = _read_voicing_again(recogniser, crops, texts, scores)
-    boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    boxes, texts, scores = _split_merged_columns(
+        recogniser, source, boxes, texts, scores, cut_scale=cut_scale
+    )
     texts, scores = read_without_ruby(recogniser, source, boxes, texts, scores)
     texts = read_marks(recogniser, source, boxes, texts)
     boxes, texts = dots_and_dashes(source, boxes, texts)  # "……" counted, "――" past the box
@@ -169,21 +175,56 @@ def _letters(text: str) -> int:
     return sum(1 for char in text if unicodedata.category(char)[0] == "L")
 
 
+def _line_crop(
+    source: NDArray[np.uint8], box: NDArray[np.float32], scale: float
+) -> NDArray[np.uint8]:
+    """The line in `box` (4x2, in `source`'s pixels) cut out and laid horizontal, as rapidocr
+    cuts it, from `source` enlarged by `scale` (bilinear, as `_detect` enlarges it for the
+    detector) when the line is small (under `DET_SMALL_TEXT_PX` thick); a thicker line (a
+    title among small lettering) is cut as it is. Lettering a few pixels thick is recognised
+    better from the image the detector saw than from its own pixels stretched to the
+    recogniser's height in one step (docs/ocr.md, "Figures, round 6: lettering a few pixels
+    thick"). Only the box's surroundings are enlarged."""
+    import cv2
+    from rapidocr.utils.process_img import get_rotate_crop_image
+
+    if scale <= 1.0 or _thickness(box) >= DET_SMALL_TEXT_PX:
+        return get_rotate_crop_image(source, box.copy())
+    height, width = source.shape[:2]
+    # Pixels round the box, so that the interpolation at its edges sees the page round it.
+    x0, y0 = (max(0, int(edge) - LINE_CUT_MARGIN_PX) for edge in box.min(axis=0))
+    x1, y1 = box.max(axis=0)
+    x1 = min(width, int(np.ceil(x1)) + LINE_CUT_MARGIN_PX)
+    y1 = min(height, int(np.ceil(y1)) + LINE_CUT_MARGIN_PX)
+    region = source[y0:y1, x0:x1]
+    if region.size == 0:
+        return get_rotate_crop_image(source, box.copy())
+    size = (max(1, round(region.shape[1] * scale)), max(1, round(region.shape[0] * scale)))
+    enlarged = cv2.resize(region, size, interpolation=cv2.INTER_LINEAR)
+    moved = (box - np.array([x0, y0], dtype=np.float32)) * np.array(
+        [size[0] / region.shape[1], size[1] / region.shape[0]], dtype=np.float32
+    )
+    crop: NDArray[np.uint8] = get_rotate_crop_image(enlarged, moved.astype(np.float32))
+    return crop
+
+
 def _split_merged_columns(
     recogniser: Any,
     source: NDArray[np.uint8],
     boxes: list[NDArray[np.float32]],
     texts: list[str],
     scores: list[float],
+    *,
+    cut_scale: float = 1.0,
 ) -> tuple[list[NDArray[np.float32]], list[str], list[float]]:
     """The boxes with their readings, where a column box as thick as two columns
     (`MERGED_COLUMN_RATIO` of the image's median column) read doubtfully (under
     `MERGED_COLUMN_BELOW`) is cut in two at the lightest band down its middle third and each
     half read on its own. The halves read (text, at least `MIN_TEXT_SCORE`) replace the box
     when each is read more confidently than the whole; the right half comes first.
-    `source`: the image the boxes lie in (BGR)."""
+    `source`: the image the boxes lie in (BGR); `cut_scale`: the halves are cut from it
+    enlarged so, as the lines were (`_line_crop`)."""
     from rapidocr.ch_ppocr_rec import TextRecInput
-    from rapidocr.utils.process_img import get_rotate_crop_image
 
     columns = [box for box in boxes if is_column(box)]
     if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
@@ -201,7 +242,7 @@ def _split_merged_columns(
         ):
             halves = _halves(box, source)
         if halves:
-            crops = [get_rotate_crop_image(source, half.copy()) for half in halves]
+            crops = [_line_crop(source, half, cut_scale) for half in halves]
             again = recogniser(TextRecInput(img=crops))
             read = [
                 (half, half_text, float(half_score))
