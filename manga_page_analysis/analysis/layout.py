@@ -175,9 +175,9 @@ def reading_order(
     `panels`: panel boxes already in reading order (`manga_page_analysis.analysis.panels`);
     a block belongs to the panel holding its centre, and the panels are read
     in turn. Without panels the page is one panel. `right_to_left`: manga
-    order; `False` reads rows left to right (comics, webtoons). `apart`: two near lines it
-    holds apart (a rule drawn between them: `manga_page_analysis.analysis.rules`) are not
-    joined.
+    order; `False` reads rows left to right (comics, webtoons). `apart`: two near lines
+    it holds apart are not joined (a rule drawn between them:
+    `manga_page_analysis.analysis.ruled_lines`).
     """
     by_panel: dict[float, list[Block]] = {}
     for block in (_order_block(group) for group in _group(lines, apart)):

@@ -20,7 +20,7 @@ from manga_page_analysis.analysis.bubbles import in_bubbles
 from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
 from manga_page_analysis.analysis.marks import whole_image_lettering
 from manga_page_analysis.analysis.panels import find_panels
-from manga_page_analysis.analysis.rules import ruled_apart
+from manga_page_analysis.analysis.ruled_lines import ruled_apart
 
 FURIGANA_MAX_RATIO: Final = 0.7
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from manga_page_analysis.analysis.layout import TextLine, reading_order
-from manga_page_analysis.analysis.rules import ruled_apart
+from manga_page_analysis.analysis.ruled_lines import ruled_apart
 from manga_page_analysis.analysis.text_filter import read_page
 
 PAPER = 250
