@@ -79,6 +79,7 @@ speed line is one of many, and art round a frame line is not paper)."""
 DASH_CHARS: Final = "ー一―－—‐-|｜"
 """What the recogniser writes for the part of a dash it did read."""
 DASH: Final = "―"
+LONG_VOWEL: Final = "ー"
 WAVE_MIN_LENGTH: Final = 1.5
 """A wave dash stretched down a column (the recogniser reads it as nothing) is at least this
 many thicknesses long (one cell's 〜 is read), ..."""
@@ -276,7 +277,8 @@ def dash_beyond(
     box by `DASH_MIN_LENGTH` to `DASH_MAX_LENGTH` thicknesses, then ending in paper, with
     paper alone beside it (`DASH_SIDE`) and in no other box (`others`). It is written as one
     ― per cell (a cell as long as the column is thick), in place of the dash characters the
-    text already ends (begins) with."""
+    text already ends (begins) with; as ー per cell where the reading ends in ー (the
+    recogniser took the part it saw for a long vowel: きもちいーー, not a dash)."""
     height = grey.shape[0]
     for below in (True, False):
         flipped = grey if below else grey[::-1]
@@ -291,7 +293,8 @@ def dash_beyond(
         x1, y1 = box.max(axis=0)
         if below:
             grown = np.array([[x0, y0], [x1, y0], [x1, end], [x0, end]], dtype=np.float32)
-            return grown, text.rstrip().rstrip(DASH_CHARS) + DASH * cells
+            mark = LONG_VOWEL if text.rstrip().endswith(LONG_VOWEL) else DASH
+            return grown, text.rstrip().rstrip(DASH_CHARS) + mark * cells
         top = float(height - end)
         grown = np.array([[x0, top], [x1, top], [x1, y1], [x0, y1]], dtype=np.float32)
         return grown, DASH * cells + text.lstrip().lstrip(DASH_CHARS)

@@ -324,6 +324,9 @@ def test_a_long_dash_below_a_column_is_taken_in_one_per_cell():
     grown, text = dash_beyond(grey, box, "ある人と")
     assert text == "ある人と――"
     assert grown[:, 1].min() == 18 and 166 <= grown[:, 1].max() <= 168
+    # The part inside the box read as a long vowel: it stays one, drawn out.
+    assert dash_beyond(grey, box, "きもちいー")[1] == "きもちいーー"
+    assert dash_beyond(grey, box, "ある人と一")[1] == "ある人と――"
 
 
 def test_a_dash_that_runs_into_art_below_it_is_still_a_dash_but_not_one_with_art_beside_it():
