@@ -15,7 +15,6 @@ from manga_page_analysis.analysis.column_marks import (
     dash_beyond,
     dot_runs,
     dots_and_dashes,
-    wave_at_ends,
 )
 from manga_page_analysis.analysis.layout import TextLine
 from manga_page_analysis.analysis.marks import (
@@ -26,6 +25,7 @@ from manga_page_analysis.analysis.marks import (
     upright_pair,
 )
 from manga_page_analysis.analysis.text_filter import read_page
+from manga_page_analysis.analysis.wave_dashes import wave_at_ends
 
 CELL = 24
 """A character's cell, in pixels: the column is this thick."""
