@@ -48,6 +48,7 @@ DOT_MAX_INK: Final = 0.4
 DOT_CHARS: Final = "…‥・･.．⋯·"
 """What the recogniser writes for dots down a column."""
 DOT_RUN = re.compile(f"[{re.escape(DOT_CHARS)}]+")
+LONE_STOP = re.compile(f"(?<=[^{re.escape(DOT_CHARS)}\\s])[.．･](?=[^{re.escape(DOT_CHARS)}\\s])")
 DASH_MIN_LENGTH: Final = 1.0
 """A long dash is at least this many column thicknesses long (a kana's longest stroke, of い
 or り, is shorter than its cell), ..."""
@@ -108,7 +109,7 @@ def dots_and_dashes(
         shift = np.array([left, top], dtype=np.float32)
         local = box - shift
         others = [other - shift for other in boxes[:index] + boxes[index + 1 :]]
-        texts[index] = wave_at_ends(grey, local, counted_dots(grey, local, text))
+        texts[index] = wave_at_ends(grey, local, middle_dot(counted_dots(grey, local, text)))
         grown, texts[index] = dash_beyond(grey, local, texts[index], others)
         boxes[index] = grown + shift
     return boxes, texts
@@ -130,6 +131,13 @@ def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str
         pieces += [text[end : match.start()], ellipsis(count)]
         end = match.end()
     return "".join(pieces) + text[end:]
+
+
+def middle_dot(text: str) -> str:
+    """`text` (read down a column) with a lone full stop between two characters written as the
+    middle dot ・ (２・３回, ジョン・スミス): a Latin full stop is not set down a column, the
+    centred dot is, and the recogniser reads it as "." laid on its side."""
+    return LONE_STOP.sub("・", text)
 
 
 def dot_runs(grey: NDArray[Any], box: NDArray[np.float32]) -> list[int]:

@@ -15,6 +15,7 @@ from manga_page_analysis.analysis.column_marks import (
     dash_beyond,
     dot_runs,
     dots_and_dashes,
+    middle_dot,
 )
 from manga_page_analysis.analysis.layout import TextLine
 from manga_page_analysis.analysis.marks import (
@@ -438,3 +439,10 @@ def test_a_straight_dash_a_short_curl_or_a_wave_beside_other_ink_is_no_wave_dash
     )
     for grey in (straight, curl, lazy, flanked):
         assert wave_at_ends(grey, box, "っ") == "っ"
+
+
+def test_a_lone_full_stop_read_down_a_column_is_the_middle_dot():
+    assert middle_dot("あと２.３回かァ…") == "あと２・３回かァ…"
+    assert middle_dot("ジョン．スミス") == "ジョン・スミス"
+    assert middle_dot("あ..い") == "あ..い"  # a run of dots: counted, not a middle dot
+    assert middle_dot("終わり.") == "終わり."  # not between two characters
