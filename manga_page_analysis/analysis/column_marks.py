@@ -9,8 +9,7 @@ miscounts or loses (docs/ocr.md, "Dots and dashes in a column").
   stroke as thin as lettering that continues the column along its axis, and ends in paper,
   is taken into the column and written as one ― per cell it spans.
 - **A wave dash stretched over cells** ("〜〜〜" as one long wavy stroke) at a column's start
-  or end is read as nothing: a stroke that swings back and forth across the axis is written
-  as one 〜 per cell.
+  or end is read as nothing: `wave_dashes`.
 
 Helpers of `marks.read_marks`; `grey` is the image the boxes lie in, 0-255, ink dark.
 """
@@ -49,6 +48,7 @@ DOT_MAX_INK: Final = 0.4
 DOT_CHARS: Final = "…‥・･.．⋯·"
 """What the recogniser writes for dots down a column."""
 DOT_RUN = re.compile(f"[{re.escape(DOT_CHARS)}]+")
+LONE_STOP = re.compile(f"(?<=[^{re.escape(DOT_CHARS)}\\s])[.．･](?=[^{re.escape(DOT_CHARS)}\\s])")
 DASH_MIN_LENGTH: Final = 1.0
 """A long dash is at least this many column thicknesses long (a kana's longest stroke, of い
 or り, is shorter than its cell), ..."""
@@ -79,18 +79,7 @@ speed line is one of many, and art round a frame line is not paper)."""
 DASH_CHARS: Final = "ー一―－—‐-|｜"
 """What the recogniser writes for the part of a dash it did read."""
 DASH: Final = "―"
-WAVE_MIN_LENGTH: Final = 1.5
-"""A wave dash stretched down a column (the recogniser reads it as nothing) is at least this
-many thicknesses long (one cell's 〜 is read), ..."""
-WAVE_MAX_WIDTH: Final = 0.5
-"""... at most this many wide (a kana spans its cell), ..."""
-WAVE_MIN_TURNS: Final = 2.0
-"""... and turns back and forth across its axis at least this many times per thickness of its
-length, each swing at least `WAVE_MIN_SWING` of a thickness (a straight dash does not turn;
-a kana's stroke turns once or twice)."""
-WAVE_MIN_SWING: Final = 0.05
-WAVE: Final = "〜"
-WAVE_CHARS: Final = "〜～~"
+LONG_VOWEL: Final = "ー"
 
 
 def dots_and_dashes(
@@ -101,6 +90,8 @@ def dots_and_dashes(
     first or last cells read (`wave_at_ends`). `source`: the image the boxes lie in
     (BGR); only the pixels round each column are made grey."""
     import cv2
+
+    from manga_page_analysis.analysis.wave_dashes import wave_at_ends
 
     boxes, texts = list(boxes), list(texts)
     for index, (box, text) in enumerate(zip(boxes, texts, strict=True)):
@@ -118,7 +109,7 @@ def dots_and_dashes(
         shift = np.array([left, top], dtype=np.float32)
         local = box - shift
         others = [other - shift for other in boxes[:index] + boxes[index + 1 :]]
-        texts[index] = wave_at_ends(grey, local, counted_dots(grey, local, text))
+        texts[index] = wave_at_ends(grey, local, middle_dot(counted_dots(grey, local, text)))
         grown, texts[index] = dash_beyond(grey, local, texts[index], others)
         boxes[index] = grown + shift
     return boxes, texts
@@ -140,6 +131,13 @@ def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str
         pieces += [text[end : match.start()], ellipsis(count)]
         end = match.end()
     return "".join(pieces) + text[end:]
+
+
+def middle_dot(text: str) -> str:
+    """`text` (read down a column) with a lone full stop between two characters written as the
+    middle dot ・ (２・３回, ジョン・スミス): a Latin full stop is not set down a column, the
+    centred dot is, and the recogniser reads it as "." laid on its side."""
+    return LONE_STOP.sub("・", text)
 
 
 def dot_runs(grey: NDArray[Any], box: NDArray[np.float32]) -> list[int]:
@@ -201,69 +199,6 @@ def dot_runs(grey: NDArray[Any], box: NDArray[np.float32]) -> list[int]:
     return found
 
 
-def wave_at_ends(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str:
-    """`text` (read in the column `box`) with a wave dash stretched over the column's first
-    (or last) cells written as one 〜 per cell, when its reading lacks it there. The wave: the
-    first (last) piece of ink across the column's axis, alone in its rows, at least
-    `WAVE_MIN_LENGTH` thicknesses long and at most `WAVE_MAX_WIDTH` wide, turning across its
-    axis `WAVE_MIN_TURNS` times per thickness."""
-    pieces, labels, thickness, axis = _labelled(grey, box)
-    if len(pieces) == 0:
-        return text
-    left, top, width, height = (pieces[:, index] for index in range(4))
-    across = (left < axis + thickness / 4) & (left + width > axis - thickness / 4)
-    column = np.flatnonzero(across)
-    if len(column) == 0:
-        return text
-    first = int(column[np.argmin(top[column])])
-    last = int(column[np.argmax(top[column] + height[column])])
-    for end, piece in (("first", first), ("last", last)):
-        ends_with = text.strip()[:1] if end == "first" else text.strip()[-1:]
-        if ends_with and ends_with in WAVE_CHARS:
-            continue
-        rows = slice(int(top[piece]), int(top[piece] + height[piece]))
-        beside = [
-            other
-            for other in column.tolist()
-            if other != piece
-            and top[other] < rows.stop - 1
-            and top[other] + height[other] > rows.start + 1
-        ]
-        if (
-            beside
-            or height[piece] < WAVE_MIN_LENGTH * thickness
-            or width[piece] > WAVE_MAX_WIDTH * thickness
-            or _turns(labels[rows] == piece + 1, thickness)
-            < WAVE_MIN_TURNS * height[piece] / thickness
-        ):
-            continue
-        waves = WAVE * _cells(float(height[piece]), thickness)
-        return waves + text.lstrip() if end == "first" else text.rstrip() + waves
-    return text
-
-
-def _turns(stroke: NDArray[np.bool_], thickness: float) -> int:
-    """How many times the stroke's middle, row by row, turns back across the column by at
-    least `WAVE_MIN_SWING` of a thickness."""
-    filled = stroke.any(axis=1)
-    if not filled.any():
-        return 0
-    columns = np.arange(stroke.shape[1])
-    lefts = np.where(stroke, columns, stroke.shape[1]).min(axis=1)[filled]
-    rights = np.where(stroke, columns, -1).max(axis=1)[filled]
-    middles = (lefts + rights) / 2
-    swing = max(1.0, WAVE_MIN_SWING * thickness)
-    turns, direction, extreme = 0, 0, float(middles[0])
-    for middle in middles.tolist():
-        if direction * (middle - extreme) > 0:
-            extreme = middle  # further the same way
-        elif abs(middle - extreme) >= swing:
-            turns += direction != 0  # back the other way (the first swing sets the way)
-            direction = 1 if middle > extreme else -1
-            extreme = middle
-    return turns
-
-
 def dash_beyond(
     grey: NDArray[Any],
     box: NDArray[np.float32],
@@ -276,7 +211,8 @@ def dash_beyond(
     box by `DASH_MIN_LENGTH` to `DASH_MAX_LENGTH` thicknesses, then ending in paper, with
     paper alone beside it (`DASH_SIDE`) and in no other box (`others`). It is written as one
     ― per cell (a cell as long as the column is thick), in place of the dash characters the
-    text already ends (begins) with."""
+    text already ends (begins) with; as ー per cell where the reading ends in ー (the
+    recogniser took the part it saw for a long vowel: きもちいーー, not a dash)."""
     height = grey.shape[0]
     for below in (True, False):
         flipped = grey if below else grey[::-1]
@@ -291,7 +227,8 @@ def dash_beyond(
         x1, y1 = box.max(axis=0)
         if below:
             grown = np.array([[x0, y0], [x1, y0], [x1, end], [x0, end]], dtype=np.float32)
-            return grown, text.rstrip().rstrip(DASH_CHARS) + DASH * cells
+            mark = LONG_VOWEL if text.rstrip().endswith(LONG_VOWEL) else DASH
+            return grown, text.rstrip().rstrip(DASH_CHARS) + mark * cells
         top = float(height - end)
         grown = np.array([[x0, top], [x1, top], [x1, y1], [x0, y1]], dtype=np.float32)
         return grown, DASH * cells + text.lstrip().lstrip(DASH_CHARS)
@@ -387,7 +324,7 @@ def _stroke_after(
         across = o_x0 < x1 and x0 < o_x1
         if across and o_y0 < end and start < o_y1 and o_y0 >= y1 - 1:
             return None  # another line's box lies on it: it is that line's
-    return start, end, _cells(end - start, thickness)
+    return start, end, cells_spanned(end - start, thickness)
 
 
 def _pieces(
@@ -406,23 +343,7 @@ def _pieces(
     return stats[1:].astype(np.float64), float(x1 - x0), (x1 - x0) / 2
 
 
-def _labelled(
-    grey: NDArray[Any], box: NDArray[np.float32]
-) -> tuple[NDArray[Any], NDArray[np.int32], float, float]:
-    """The pieces of ink in the box (left, top, width, height, area each; piece i is label
-    i + 1 of the labels), its thickness and its axis (x, in the box's pixels)."""
-    import cv2
-
-    x0, y0 = (max(0, int(edge)) for edge in box.min(axis=0))
-    x1, y1 = (int(np.ceil(edge)) for edge in box.max(axis=0))
-    ink = np.ascontiguousarray(grey[y0:y1, x0:x1] < INK_LEVEL, dtype=np.uint8)
-    if ink.size == 0:
-        return np.zeros((0, 5)), np.zeros((0, 0), dtype=np.int32), 1.0, 0.0
-    _, labels, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
-    return stats[1:].astype(np.float64), np.asarray(labels, dtype=np.int32), x1 - x0, (x1 - x0) / 2
-
-
-def _cells(length: float, thickness: float) -> int:
+def cells_spanned(length: float, thickness: float) -> int:
     """How many cells a mark `length` long spans down a column `thickness` thick: a mark set
     in n cells fills most of each, and the box's thickness has a little paper
     (`DASH_CELL_SLACK`)."""

@@ -15,7 +15,7 @@ from manga_page_analysis.analysis.column_marks import (
     dash_beyond,
     dot_runs,
     dots_and_dashes,
-    wave_at_ends,
+    middle_dot,
 )
 from manga_page_analysis.analysis.layout import TextLine
 from manga_page_analysis.analysis.marks import (
@@ -26,6 +26,7 @@ from manga_page_analysis.analysis.marks import (
     upright_pair,
 )
 from manga_page_analysis.analysis.text_filter import read_page
+from manga_page_analysis.analysis.wave_dashes import wave_at_ends
 
 CELL = 24
 """A character's cell, in pixels: the column is this thick."""
@@ -324,6 +325,9 @@ def test_a_long_dash_below_a_column_is_taken_in_one_per_cell():
     grown, text = dash_beyond(grey, box, "ある人と")
     assert text == "ある人と――"
     assert grown[:, 1].min() == 18 and 166 <= grown[:, 1].max() <= 168
+    # The part inside the box read as a long vowel: it stays one, drawn out.
+    assert dash_beyond(grey, box, "きもちいー")[1] == "きもちいーー"
+    assert dash_beyond(grey, box, "ある人と一")[1] == "ある人と――"
 
 
 def test_a_dash_that_runs_into_art_below_it_is_still_a_dash_but_not_one_with_art_beside_it():
@@ -435,3 +439,10 @@ def test_a_straight_dash_a_short_curl_or_a_wave_beside_other_ink_is_no_wave_dash
     )
     for grey in (straight, curl, lazy, flanked):
         assert wave_at_ends(grey, box, "っ") == "っ"
+
+
+def test_a_lone_full_stop_read_down_a_column_is_the_middle_dot():
+    assert middle_dot("あと２.３回かァ…") == "あと２・３回かァ…"
+    assert middle_dot("ジョン．スミス") == "ジョン・スミス"
+    assert middle_dot("あ..い") == "あ..い"  # a run of dots: counted, not a middle dot
+    assert middle_dot("終わり.") == "終わり."  # not between two characters
