@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from manga_page_analysis.analysis.bubbles import in_bubbles
+from manga_page_analysis.analysis.char_forms import japanese_forms
 from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
 from manga_page_analysis.analysis.marks import whole_image_lettering
 from manga_page_analysis.analysis.panels import find_panels
@@ -54,7 +55,9 @@ def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) 
     kept = dialogue_lines(lines)
     if is_japanese(kept):
         kept = [
-            dataclasses.replace(line, text=with_wave_dash(line.text))
+            # Judged as read: a form outside Japanese is garbage from a drawing; mainland
+            # Chinese forms Japanese writes otherwise (黑) are then written as Japanese.
+            dataclasses.replace(line, text=japanese_forms(with_wave_dash(line.text)))
             for line in kept
             if not has_foreign_ideograph(line.text)
         ]
