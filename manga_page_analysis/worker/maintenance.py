@@ -10,7 +10,8 @@ dies without resigning is replaced once its lease has run out.
 
 The maintainer decides when to reclaim; the acker, the one writer of job
 ends, writes the reclaim (`Acker.reclaim_expired`), and the maintainer
-waits for it at most until its next renewal is due.
+waits for it at most until its next renewal is due, and asks again at that
+renewal when it was not written.
 """
 
 from __future__ import annotations
@@ -89,8 +90,7 @@ class Maintainer(ThreadService):
         acker must be running: it writes the reclaim."""
         session = self._db()
         self._set_leading(self._elect(session, within=0.0))
-        if self.leading:
-            self._reclaim()
+        if self.leading and self._reclaim():
             self._next_reclaim = time.monotonic() + self.reclaim_interval
 
     def run(self) -> None:
@@ -106,8 +106,10 @@ class Maintainer(ThreadService):
                     next_reclaim = next_reap = 0.0  # a new term starts with both
                 else:
                     if now >= next_reclaim:
-                        self._reclaim()
-                        next_reclaim = now + self.reclaim_interval
+                        # One that did not happen is asked again at the next renewal,
+                        # not a whole interval later.
+                        done = self._reclaim()
+                        next_reclaim = now + (self.reclaim_interval if done else renew_every)
                     if self.reap_retention_days and now >= next_reap:
                         self._reap(session)
                         next_reap = now + self.reap_interval
@@ -163,10 +165,10 @@ class Maintainer(ThreadService):
         if asked is not None:
             asked.cancel()  # a reclaim not begun yet is not waited for
 
-    def _reclaim(self) -> None:
+    def _reclaim(self) -> bool:
         """Have the acker reclaim expired leases, and wait for it until the next
         renewal is due, the acker stops, or this service does; the acker reports
-        what it dead-letters."""
+        what it dead-letters. `True` when the reclaim was written."""
         self._reclaim_asked = asked = self._acker.reclaim_expired(self._handlers)
         if self.stopped.is_set():
             asked.cancel()
@@ -175,12 +177,19 @@ class Maintainer(ThreadService):
         except (CancelledError, FutureTimeout):
             asked.cancel()  # not begun: the next round asks again
             if not self.stopped.is_set():
-                logger.warning("expired leases not reclaimed: the job-end writer did not get to it")
-            return
+                logger.warning(
+                    "expired leases not reclaimed: the job-end writer did not get to it; "
+                    "asking again at the next renewal"
+                )
+            return False
         except Exception as exc:
-            logger.warning("could not reclaim expired leases: %s", short_error(exc))
-            return
+            logger.warning(
+                "could not reclaim expired leases (%s); asking again at the next renewal",
+                short_error(exc),
+            )
+            return False
         self.reclaims += 1
+        return True
 
     def _reap(self, session: DbSession) -> None:
         try:
