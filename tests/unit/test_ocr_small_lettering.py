@@ -101,9 +101,12 @@ def detecting(monkeypatch: pytest.MonkeyPatch, *thicknesses: int) -> list[float]
     long, at any scale; returns the scales it was run at."""
     scales: list[float] = []
 
-    def detect(detector: Any, image: np.ndarray, scale: float) -> list[np.ndarray]:
+    def detect(
+        detector: Any, image: np.ndarray, scale: float
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         scales.append(scale)
-        return [quad(110 - 40 * n, 50, 110 - 40 * n + t, 140) for n, t in enumerate(thicknesses)]
+        sure = [quad(110 - 40 * n, 50, 110 - 40 * n + t, 140) for n, t in enumerate(thicknesses)]
+        return sure, []  # no doubtful boxes
 
     monkeypatch.setattr(ocr_pipeline, "_detect", detect)
     return scales
