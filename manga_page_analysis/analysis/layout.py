@@ -13,6 +13,8 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from manga_page_analysis.analysis.line_cut import pieces_in_line_order
+
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
 JOIN_GAP: Final = 0.5
@@ -73,6 +75,10 @@ class TextLine:
     """The balloon (an enclosed patch of paper) the line is printed in, when it is in one
     (`manga_page_analysis.analysis.bubbles`): a line shares a block only with lines of its own
     balloon, or, in none, with lines in none."""
+    cut_from: Box | None = None
+    """The box of the detected line this line is a piece of, when one line was cut in two
+    at a wide gap (`manga_page_analysis.analysis.line_cut`): its pieces are read one after
+    the other, left to right."""
 
     @property
     def width(self) -> float:
@@ -98,8 +104,17 @@ class TextLine:
 
     def moved(self, dx: float, dy: float) -> TextLine:
         """The same line, its box moved by (dx, dy) (from a crop back to the page)."""
+        cut_from = self.cut_from
+        if cut_from is not None:
+            x0, y0, x1, y1 = cut_from
+            cut_from = (x0 + dx, y0 + dy, x1 + dx, y1 + dy)
         return dataclasses.replace(
-            self, x0=self.x0 + dx, y0=self.y0 + dy, x1=self.x1 + dx, y1=self.y1 + dy
+            self,
+            x0=self.x0 + dx,
+            y0=self.y0 + dy,
+            x1=self.x1 + dx,
+            y1=self.y1 + dy,
+            cut_from=cut_from,
         )
 
     @classmethod
@@ -185,7 +200,7 @@ def reading_order(
     ordered: list[Block] = []
     for index in sorted(by_panel):
         ordered.extend(_order_rows(by_panel[index], right_to_left))
-    return ordered
+    return pieces_in_line_order(ordered)
 
 
 def page_text(lines: Sequence[TextLine]) -> str:

@@ -11,6 +11,7 @@ than its `__call__`, which has no per-call scale (why threads may share them: `m
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import unicodedata
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from PIL import Image, ImageOps
 from manga_page_analysis.analysis.column_marks import dots_and_dashes
 from manga_page_analysis.analysis.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.layout import TextLine, is_column
+from manga_page_analysis.analysis.line_cut import cut_at_wide_gaps
 from manga_page_analysis.analysis.marks import read_marks
 from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
 
@@ -136,13 +138,20 @@ def read_lines(
     texts, scores = read_without_ruby(recogniser, source, boxes, texts, scores)
     texts = read_marks(recogniser, source, boxes, texts)
     boxes, texts = dots_and_dashes(source, boxes, texts)  # "……" counted, "――" past the box
+    boxes, texts, scores, origins = cut_at_wide_gaps(
+        recogniser, lambda box: _line_crop(source, box, cut_scale), boxes, texts, scores
+    )
     lines = []
     # Boxes grow into the paper added around the page: clipped back to the page.
     limit = np.array(page.size, dtype=np.float32)
-    for box, text, score in zip(boxes, texts, scores, strict=True):
+    for box, text, score, origin in zip(boxes, texts, scores, origins, strict=True):
         if text.strip() and score >= MIN_TEXT_SCORE:
             quad = np.clip(box - margin, 0.0, limit)
-            lines.append(TextLine.from_quad(quad.tolist(), text, float(score)))
+            line = TextLine.from_quad(quad.tolist(), text, float(score))
+            if origin is not None:
+                whole = TextLine.from_quad(np.clip(origin - margin, 0.0, limit).tolist(), text)
+                line = dataclasses.replace(line, cut_from=(whole.x0, whole.y0, whole.x1, whole.y1))
+            lines.append(line)
     return lines
 
 

@@ -31,6 +31,12 @@ FURIGANA_MIN_ALONGSIDE: Final = 0.7
 """Ruby lies beside its column along at least this share of its own length."""
 FURIGANA_MAX_PITCH: Final = 0.75
 """Ruby glyphs are small: the length per character is at most this share of its column's."""
+FURIGANA_SMALL_PITCH: Final = 0.6
+"""Kana set beside a column holding kanji at most this share of the column's length per
+character are half-size glyphs: ruby, ..."""
+FURIGANA_SMALL_PITCH_MAX_RATIO: Final = 0.8
+"""... though their box is up to this thick relative to the column's (a box round six small
+glyphs, read from an enlarged balloon, is a little wider than the glyphs)."""
 FURIGANA_MAX_LENGTH: Final = 0.9
 """Ruby annotates a few characters: it is at most this share of its column's length (a
 narrow column as long as its neighbour is text set in narrow glyphs, not ruby)."""
@@ -153,13 +159,19 @@ def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
         return False
     vertical = line.orientation != "h"
     for main in others:
-        if main is line or main.thickness * FURIGANA_MAX_RATIO < line.thickness:
+        if main is line or main.thickness * FURIGANA_SMALL_PITCH_MAX_RATIO < line.thickness:
             continue
         if main.orientation not in (None, "v" if vertical else "h"):
             continue
         length, main_length = (line.height, main.height) if vertical else (line.width, main.width)
         pitch = length / max(1, len(line.text))
         main_pitch = main_length / max(1, len(main.text))
+        # Thicker than `FURIGANA_MAX_RATIO`: ruby only when its glyphs are half size beside kanji.
+        if main.thickness * FURIGANA_MAX_RATIO < line.thickness and not (
+            pitch <= FURIGANA_SMALL_PITCH * main_pitch
+            and any(_is_ideograph(char) for char in main.text)
+        ):
+            continue
         if (
             length <= FURIGANA_MAX_LENGTH * main_length
             and pitch <= FURIGANA_MAX_PITCH * main_pitch

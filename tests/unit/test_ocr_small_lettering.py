@@ -98,15 +98,15 @@ class Engine:
 
 def detecting(monkeypatch: pytest.MonkeyPatch, *thicknesses: int) -> list[float]:
     """The detector finds columns this many px thick (in the padded image's pixels), 90 px
-    long, at any scale, all of them sure; returns the scales it was run at."""
+    long, at any scale; returns the scales it was run at."""
     scales: list[float] = []
 
     def detect(
         detector: Any, image: np.ndarray, scale: float
     ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         scales.append(scale)
-        found = [quad(110 - 40 * n, 50, 110 - 40 * n + t, 140) for n, t in enumerate(thicknesses)]
-        return found, []  # sure boxes; none doubtful
+        sure = [quad(110 - 40 * n, 50, 110 - 40 * n + t, 140) for n, t in enumerate(thicknesses)]
+        return sure, []  # no doubtful boxes
 
     monkeypatch.setattr(ocr_pipeline, "_detect", detect)
     return scales

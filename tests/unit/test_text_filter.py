@@ -33,6 +33,28 @@ def test_a_kana_column_of_full_size_beside_another_is_text():
     assert not is_furigana(narrow, [main, narrow])
 
 
+def test_half_size_kana_beside_kanji_in_a_box_a_little_wide_is_furigana():
+    # The box of six small glyphs is 0.73 of the column's thickness (over 0.7), but its
+    # glyphs are half the column's pitch, and the column beside it holds kanji.
+    main = TextLine(830, 769, 863, 871, "1年以上")
+    ruby = TextLine(853, 791, 877, 871, "ねんいじょう", 0.79)
+    assert is_furigana(ruby, [main, ruby])
+
+
+def test_a_kana_column_as_wide_beside_kana_alone_is_not_taken_for_ruby():
+    # The same box and pitch beside a column of kana only: no kanji for it to annotate.
+    main = TextLine(830, 769, 863, 871, "もういい")
+    narrow = TextLine(853, 791, 877, 871, "ねんいじょう", 0.79)
+    assert not is_furigana(narrow, [main, narrow])
+
+
+def test_kana_of_the_same_pitch_at_three_quarters_of_the_thickness_is_text():
+    # Beside kanji, but its glyphs are the column's size: a column, not ruby.
+    main = TextLine(830, 769, 863, 871, "1年以上")
+    narrow = TextLine(853, 769, 877, 866, "そうだ")
+    assert not is_furigana(narrow, [main, narrow])
+
+
 def test_kanji_is_never_furigana():
     main = column(400, 100, "東京です")
     small_kanji = TextLine(431, 100, 446, 130, "東京")
