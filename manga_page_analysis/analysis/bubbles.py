@@ -27,9 +27,6 @@ balloon."""
 UNCOVERED_SHARE: Final = 0.15
 """A balloon whose ink lies outside the lines found in it by more than this share is read
 again on its own, and enlarged when small (a column the page-wide detection missed)."""
-BESIDE_GROW: Final = 1.5
-"""A balloon is also read again when the ink along one of its lines, and this many of the
-line's thicknesses to either side across it, is not covered by the lines (`UNCOVERED_SHARE`)."""
 COVER_PAD: Final = 0.3
 """A line covers the ink within this many of its thicknesses around its box (voiced marks,
 ruby, punctuation beside it)."""
@@ -130,34 +127,9 @@ def uncovered_bubbles(
                     y0 : max(y0, round(line.y1 + pad - y)), x0 : max(x0, round(line.x1 + pad - x))
                 ] = True
         total = int(ink.sum())
-        inside = [line.moved(-x, -y) for line in placed if line.bubble == label]
-        if (total and int((ink & ~covered).sum()) > UNCOVERED_SHARE * total) or _uncovered_beside(
-            ink, covered, inside
-        ):
+        if total and int((ink & ~covered).sum()) > UNCOVERED_SHARE * total:
             found.append((x, y, x + w, y + h))
     return found
-
-
-def _uncovered_beside(
-    ink: NDArray[np.bool_], covered: NDArray[np.bool_], lines: Sequence[TextLine]
-) -> bool:
-    """True when, along one of `lines` (in the balloon's pixels) and `BESIDE_GROW` of its
-    thicknesses to either side, more than `UNCOVERED_SHARE` of the balloon's ink lies outside
-    the lines: a column missed beside it, in a balloon whose outline touches another's (their
-    paper is one patch, and the other's ink hides the missed column's share)."""
-    for line in lines:
-        grow = BESIDE_GROW * line.thickness
-        if line.orientation == "h":
-            x0, x1, y0, y1 = line.x0, line.x1, line.y0 - grow, line.y1 + grow
-        else:
-            x0, x1, y0, y1 = line.x0 - grow, line.x1 + grow, line.y0, line.y1
-        x0, y0 = max(0, round(x0)), max(0, round(y0))
-        x1, y1 = max(x0, round(x1)), max(y0, round(y1))
-        region, near = ink[y0:y1, x0:x1], covered[y0:y1, x0:x1]
-        total = int(region.sum())
-        if total and int((region & ~near).sum()) > UNCOVERED_SHARE * total:
-            return True
-    return False
 
 
 def empty_bubbles(

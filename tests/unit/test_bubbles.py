@@ -51,23 +51,6 @@ def test_a_balloon_with_a_column_no_line_covers_is_read_again():
     assert uncovered_bubbles([read, missed], grey) == []
 
 
-def test_a_column_missed_beside_a_line_of_two_touching_balloons_is_read_again():
-    # Two balloons whose outlines touch are one patch of paper; the upper one is full of
-    # lines read, so the lower one's missed column is a small share of the pair's ink.
-    grey = np.full((1000, 800), 120, dtype=np.uint8)
-    grey[100:700, 150:350] = 20  # the outline round both
-    grey[104:696, 154:346] = 250  # their paper, one patch
-    read = [TextLine(x - 4, 116, x + 34, 384, "まあドンマイ") for x in (170, 210, 250, 290)]
-    for line in read:
-        grey[120:380, round(line.x0) + 4 : round(line.x1) - 4] = 30
-    grey[420:560, 300:330] = 30  # the lower balloon: a column read ...
-    grey[420:520, 262:292] = 30  # ... and one missed beside it
-    lower = TextLine(296, 416, 334, 564, "たつからな")
-    assert uncovered_bubbles([*read, lower], grey) == [(155, 105, 346, 696)]
-    found = TextLine(258, 416, 294, 524, "もう")
-    assert uncovered_bubbles([*read, lower, found], grey) == []
-
-
 def test_a_balloon_with_lettering_but_no_line_is_read_again():
     grey = page_with_a_balloon()
     grey[520:660, 200:300] = 20  # a second, smaller balloon's outline
