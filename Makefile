@@ -67,9 +67,9 @@ bench: $(STAMP)
 	BENCH_PEERS=$(PEERS) BENCH_PGBOUNCER=$(PGBOUNCER) $(PY) -m bench
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check manga_page_analysis tests testbed bench alembic examples
-	$(VENV)/bin/ruff format --check manga_page_analysis tests testbed bench alembic examples
-	$(VENV)/bin/mypy manga_page_analysis examples/sample_manga/make_sample_pages.py
+	$(VENV)/bin/ruff check manga_page_analysis tests testbed bench alembic examples setup.py
+	$(VENV)/bin/ruff format --check manga_page_analysis tests testbed bench alembic examples setup.py
+	$(VENV)/bin/mypy manga_page_analysis examples/sample_manga/make_sample_pages.py setup.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

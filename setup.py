@@ -33,7 +33,10 @@ SHIPPED_FOLDERS = {
 
 setup(
     cmdclass={"build_py": FreshBuildPy},
-    packages=[*find_packages(include=["manga_page_analysis", "manga_page_analysis.*"]), *SHIPPED_FOLDERS],
+    packages=[
+        *find_packages(include=["manga_page_analysis", "manga_page_analysis.*"]),
+        *SHIPPED_FOLDERS,
+    ],
     package_dir=SHIPPED_FOLDERS,
     package_data={
         "manga_page_analysis._alembic": ["script.py.mako"],
