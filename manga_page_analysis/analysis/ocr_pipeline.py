@@ -26,7 +26,11 @@ from manga_page_analysis.analysis.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.layout import TextLine, is_column
 from manga_page_analysis.analysis.line_cut import cut_at_wide_gaps
 from manga_page_analysis.analysis.marks import read_marks
-from manga_page_analysis.analysis.voicing import differs_in_voicing_only, may_be_voiced
+from manga_page_analysis.analysis.voicing import (
+    adds_voicing_only,
+    differs_in_voicing_only,
+    may_be_voiced,
+)
 
 PAD_SHARE: Final = 0.05
 """Paper added around the image before detection, as a share of its short side."""
@@ -59,6 +63,11 @@ recogniser loses voiced marks (ご→こ, ボ→ポ), and a glyph set smaller in
 them more often. Only a reading that differs in voiced marks alone is taken (docs/ocr.md)."""
 VOICING_REREAD_PAD: Final = 0.1
 """The paper added on each side across the line, as a share of its thickness."""
+VOICING_ADD_PAD: Final = 0.2
+"""A line the first paper did not make surer is read once more with this much on each side,
+and from that read only voiced marks added are taken: glyphs set smaller still keep a mark
+the tight crop lost, but also blur marks away, so a mark taken off is not trusted from it
+(docs/ocr.md)."""
 MERGED_COLUMN_RATIO: Final = 1.3
 """A column box at least this many times as thick as the image's median column, ..."""
 MERGED_COLUMN_BELOW: Final = 0.8
@@ -296,10 +305,10 @@ def _read_voicing_again(
     """`texts` and `scores`, where a doubtful line (under `VOICING_REREAD_BELOW`, but kept:
     `MIN_TEXT_SCORE` or more) holding kana that take voiced marks, read again with paper
     added across it (`VOICING_REREAD_PAD`), differs only in voiced marks and is read more
-    confidently, with that reading. Each crop is a line laid horizontal."""
-    import cv2
-    from rapidocr.ch_ppocr_rec import TextRecInput
-
+    confidently, with that reading. A line that paper did not make surer is read once more
+    with more of it (`VOICING_ADD_PAD`), and that reading is taken only when it adds voiced
+    marks and nothing else and is read more confidently. Each crop is a line laid
+    horizontal."""
     doubtful = [
         index
         for index, score in enumerate(scores)
@@ -307,17 +316,39 @@ def _read_voicing_again(
     ]
     if not doubtful:
         return texts, scores
+    first, texts, scores = texts, list(texts), list(scores)
+    again = _read_padded(recogniser, crops, doubtful, VOICING_REREAD_PAD)
+    wider = []
+    for index, (text, score) in zip(doubtful, again, strict=True):
+        if score > scores[index] and differs_in_voicing_only(first[index], text):
+            texts[index], scores[index] = text, score
+        elif score <= scores[index]:
+            wider.append(index)  # the paper did not help: more of it
+    for index, (text, score) in zip(
+        wider, _read_padded(recogniser, crops, wider, VOICING_ADD_PAD), strict=True
+    ):
+        if score > scores[index] and adds_voicing_only(first[index], text):
+            texts[index], scores[index] = text, score
+    return texts, scores
+
+
+def _read_padded(
+    recogniser: Any, crops: list[NDArray[np.uint8]], indices: list[int], share: float
+) -> list[tuple[str, float]]:
+    """The readings of the crops at `indices` with `share` of their thickness added as paper
+    on each side across them (each crop is a line laid horizontal)."""
+    import cv2
+    from rapidocr.ch_ppocr_rec import TextRecInput
+
+    if not indices:
+        return []
     padded = []
-    for index in doubtful:
+    for index in indices:
         crop = np.ascontiguousarray(crops[index])
-        pad = max(1, round(VOICING_REREAD_PAD * crop.shape[0]))
+        pad = max(1, round(share * crop.shape[0]))
         padded.append(cv2.copyMakeBorder(crop, pad, pad, 0, 0, cv2.BORDER_REPLICATE))
     again = recogniser(TextRecInput(img=padded))
-    texts, scores = list(texts), list(scores)
-    for index, text, score in zip(doubtful, again.txts, again.scores, strict=True):
-        if score > scores[index] and differs_in_voicing_only(texts[index], text):
-            texts[index], scores[index] = text, float(score)
-    return texts, scores
+    return [(text, float(score)) for text, score in zip(again.txts, again.scores, strict=True)]
 
 
 def _detect(

@@ -26,6 +26,15 @@ def differs_in_voicing_only(first: str, second: str) -> bool:
     return all(unvoiced(a) == unvoiced(b) for a, b in zip(first, second, strict=True))
 
 
+def adds_voicing_only(first: str, second: str) -> bool:
+    """True when `second` is `first` with one or more voiced marks added and nothing else
+    changed: こんな to ごんな, はん to ぱん; not ごんな to こんな, nor ぶ to ぷ."""
+    return differs_in_voicing_only(first, second) and all(
+        a == b or (unvoiced(a) == a and unvoiced(b) == a)
+        for a, b in zip(first, second, strict=True)
+    )
+
+
 def may_be_voiced(text: str) -> bool:
     """True when `text` holds a kana that takes a voiced mark (か, が, は, ぱ...): kanji, Latin
     and punctuation have none to lose."""

@@ -45,7 +45,8 @@ class Read:
 
 
 class Recogniser:
-    """Reads each crop as the reading given for its height (a padded crop is taller)."""
+    """Reads each crop as the reading given for its height (a padded crop is taller); a
+    height it was given no reading for reads as nothing."""
 
     def __init__(self, readings: dict[int, tuple[str, float]]) -> None:
         self.readings = readings
@@ -53,7 +54,7 @@ class Recogniser:
 
     def __call__(self, request: Any) -> Read:
         self.heights += [crop.shape[0] for crop in request.img]
-        found = [self.readings[crop.shape[0]] for crop in request.img]
+        found = [self.readings.get(crop.shape[0], ("", 0.0)) for crop in request.img]
         return Read(tuple(text for text, _ in found), tuple(score for _, score in found))
 
 
