@@ -152,10 +152,12 @@ def block_edges(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[Edge
     return edges
 
 
-def read_holes(engine: Any, page: Image.Image, lines: Sequence[TextLine]) -> list[TextLine]:
+def read_holes(
+    engine: Any, page: Image.Image, lines: Sequence[TextLine], grey: NDArray[np.uint8]
+) -> list[TextLine]:
     """The columns found in the holes between `lines`' columns (page pixels), each detected
     again in the strip of page the hole spans, and beside the blocks' edges (`block_edges`),
-    each block detected again with its edge."""
+    each block detected again with its edge. `grey`: the page in grey, as the caller has it."""
     from manga_page_analysis.analysis.ocr_pipeline import read_lines
 
     found = []
@@ -164,7 +166,7 @@ def read_holes(engine: Any, page: Image.Image, lines: Sequence[TextLine]) -> lis
         strip = page.crop((x0, y0, int(hole.x1) + 1, int(hole.y1) + 1))
         again = [line.moved(x0, y0) for line in read_lines(engine, strip, look_twice=False)]
         found += [line for line in again if hole.holds(line)]
-    for edge in block_edges(lines, np.asarray(page.convert("L"))):
+    for edge in block_edges(lines, grey):
         x0, y0, x1, y1 = edge.region
         known = [line.moved(-x0, -y0) for line in lines]
         crop = page.crop((x0, y0, x1, y1))

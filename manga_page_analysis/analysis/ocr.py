@@ -276,7 +276,7 @@ class OcrAnalyzer:
             twice = (x0, y0, x1, y1) in uncovered
             again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=twice)
             lines += [line.moved(x0, y0) for line in again]
-        lines += read_holes(engine, page, lines)  # a column missing from its block's pitch
+        lines += read_holes(engine, page, lines, grey)  # a column missing from its pitch
         lines += lone_marks(engine, page, lines, grey)  # "……" alone in a balloon
         return read_page(lines, grey)
 

@@ -28,7 +28,7 @@ def test_an_uncovered_balloon_is_looked_at_twice_and_an_empty_one_once(
     monkeypatch.setattr(ocr, "read_lines", read_lines)
     monkeypatch.setattr(ocr, "uncovered_bubbles", lambda lines, grey: [(150, 100, 350, 400)])
     monkeypatch.setattr(ocr, "empty_bubbles", lambda lines, grey: [(200, 520, 300, 660)])
-    monkeypatch.setattr(ocr, "read_holes", lambda engine, page, lines: [])
+    monkeypatch.setattr(ocr, "read_holes", lambda engine, page, lines, grey: [])
     monkeypatch.setattr(ocr, "lone_marks", lambda engine, page, lines, grey: [])
     monkeypatch.setattr(ocr, "read_page", lambda lines, grey: [])
     ocr.OcrAnalyzer._read(object(), Image.new("RGB", (500, 800), "white"))
