@@ -55,7 +55,7 @@ demo: $(STAMP)
 .PHONY: eval-ocr
 eval-ocr: $(STAMP)
 	@test -n "$(DATA)" || { echo "usage: make eval-ocr DATA=<folder with ground_truth.json>"; exit 2; }
-	$(PY) -m manga_page_analysis.analysis.ocr_eval $(DATA) $(EVAL_ARGS)
+	$(PY) -m bench.ocr_eval $(DATA) $(EVAL_ARGS)
 
 migrate: $(STAMP)
 	$(PY) -m manga_page_analysis migrate

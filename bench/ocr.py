@@ -15,8 +15,8 @@ import statistics
 import time
 from pathlib import Path
 
-from manga_page_analysis.analysis.images import prepare_image
-from manga_page_analysis.analysis.ocr import OcrAnalyzer
+from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
+from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 
 SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sample_manga"
 

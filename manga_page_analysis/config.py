@@ -21,7 +21,8 @@ DEFAULT_MAX_SIDE_PX = 1600
 """Long side of the image sent to the model; larger pages are scaled down."""
 
 VisionBackend = Literal["http", "ocr"]
-"""`http`: an OpenAI-compatible model server; `ocr`: in-process OCR (`manga_page_analysis.analysis.ocr`)."""
+"""`http`: an OpenAI-compatible model server; `ocr`: in-process OCR
+(`manga_page_analysis.analysis.reader.ocr_analyzer`)."""
 
 DEFAULT_DEV_DIR = Path(".dev")
 """Local state for `make run-worker` without `DATABASE_URL`: embedded Postgres and storage."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from manga_page_analysis.analysis.ocr import OcrAnalyzer
+from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,9 @@ import pytest
 from PIL import Image
 from sqlalchemy import Engine, text
 
-from manga_page_analysis.analysis.events import analysis_event_bus
-from manga_page_analysis.analysis.http import VisionClient
-from manga_page_analysis.analysis.http_retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.client import VisionClient
+from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings
 from manga_page_analysis.queue import request_analysis

@@ -10,10 +10,10 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from manga_page_analysis.analysis.analyzer import Analyzer, Readiness
-from manga_page_analysis.analysis.events import analysis_event_bus
-from manga_page_analysis.analysis.handler import PageAnalysisHandler
-from manga_page_analysis.analysis.http import VisionClient, VisionObserver
+from manga_page_analysis.analysis.analyzer.protocol import Analyzer, Readiness
+from manga_page_analysis.analysis.model_server.client import VisionClient, VisionObserver
+from manga_page_analysis.analysis.page_events import analysis_event_bus
+from manga_page_analysis.analysis.page_handler import PageAnalysisHandler
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import listen_database_url, make_engine
 from manga_page_analysis.errors import ServiceError
@@ -55,7 +55,7 @@ def analysis_runner(
             if settings.backend == "ocr":
                 # Imported only for the `ocr` backend: it brings numpy and the
                 # OCR stack, which an `http` worker never needs.
-                from manga_page_analysis.analysis.ocr import OcrAnalyzer
+                from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 
                 vision = OcrAnalyzer()
             elif not settings.vision_url:

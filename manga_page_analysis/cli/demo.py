@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from sqlalchemy import Engine, Row, func, select
 
-from manga_page_analysis.analysis.events import analysis_event_bus
-from manga_page_analysis.analysis.ocr import OcrAnalyzer
+from manga_page_analysis.analysis.page_events import analysis_event_bus
+from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.cli.importer import IMAGE_SUFFIXES, import_folder
 from manga_page_analysis.cli.shutdown import EXIT_INTERRUPTED, GracefulStop

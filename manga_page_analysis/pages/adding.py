@@ -18,7 +18,7 @@ from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import ImageTooLarge, NotAnImage, ObjectTooLarge, PageRefused
 from manga_page_analysis.pages.cleanup import delete_on_rollback
-from manga_page_analysis.pages.images import check_image
+from manga_page_analysis.pages.image_format import check_image
 from manga_page_analysis.queue.requests import request_analysis
 from manga_page_analysis.repos.catalog import insert_page
 from manga_page_analysis.storage import Storage, read_capped

@@ -25,7 +25,7 @@ from manga_page_analysis.errors import truncated
 from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
-from manga_page_analysis.web.events import EventStream, EventStreams, EventsUnavailable
+from manga_page_analysis.web.event_stream import EventStream, EventStreams, EventsUnavailable
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from flask import Blueprint, Response, request
 from sqlalchemy import Engine
 
-from manga_page_analysis.analysis.events import analysis_channel
+from manga_page_analysis.analysis.page_events import analysis_channel
 from manga_page_analysis.db import connect_kwargs
 from manga_page_analysis.storage import Storage
 from manga_page_analysis.web.api import (
@@ -24,7 +24,7 @@ from manga_page_analysis.web.api import (
     page_response,
 )
 from manga_page_analysis.web.auth import CROSS_SITE_REFUSAL, AdminAuth, Authorize, Refusal
-from manga_page_analysis.web.events import (
+from manga_page_analysis.web.event_stream import (
     DEFAULT_KEEPALIVE_SECONDS,
     DEFAULT_MAX_STREAMS,
     EventStreams,

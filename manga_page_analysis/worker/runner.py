@@ -20,7 +20,7 @@ from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.identity import new_runner_id
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
-from manga_page_analysis.worker.leasing import LeaseLoop, WakeupListener
+from manga_page_analysis.worker.lease_loop import LeaseLoop, WakeupListener
 from manga_page_analysis.worker.maintenance import Maintainer
 from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.outcomes import Outcomes

@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, insert, text
 
-from manga_page_analysis.analysis.events import analysis_event_bus
-from manga_page_analysis.analysis.http import VisionClient
-from manga_page_analysis.analysis.http_retry import RetryPolicy
-from manga_page_analysis.analysis.ocr import OcrAnalyzer
+from manga_page_analysis.analysis.model_server.client import VisionClient
+from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.page_events import analysis_event_bus
+from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings
 from manga_page_analysis.models import Chapter, Manga, Page

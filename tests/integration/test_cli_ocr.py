@@ -115,7 +115,9 @@ def test_run_worker_refuses_to_start_without_the_ocr_model(
     monkeypatch.setenv("DATABASE_URL", database_url)
     monkeypatch.setenv("STORAGE_ROOT", str(tmp_path))
     monkeypatch.chdir(tmp_path)  # no .env
-    monkeypatch.setattr("manga_page_analysis.analysis.ocr.wheel_model_dir", lambda: tmp_path)
+    monkeypatch.setattr(
+        "manga_page_analysis.analysis.reader.ocr_analyzer.wheel_model_dir", lambda: tmp_path
+    )
     with caplog.at_level(logging.ERROR, logger="manga_page_analysis.cli"):
         code = cli.main(["run-worker"])
     assert code == 1

@@ -14,7 +14,7 @@ import time
 import pytest
 from sqlalchemy import text
 
-from manga_page_analysis.analysis.http import VisionClient
+from manga_page_analysis.analysis.model_server.client import VisionClient
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import make_engine

@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import text
 
-from manga_page_analysis.analysis.http import VisionClient
-from manga_page_analysis.analysis.http_retry import RetryPolicy
-from manga_page_analysis.analysis.images import prepare_image
+from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
+from manga_page_analysis.analysis.model_server.client import VisionClient
+from manga_page_analysis.analysis.model_server.retry import RetryPolicy
 from manga_page_analysis.observability.logs import JsonFormatter
 from manga_page_analysis.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
 from manga_page_analysis.queue import request_analysis

@@ -27,9 +27,9 @@ import requests
 from PIL import Image
 from sqlalchemy import text
 
-from manga_page_analysis.analysis.events import analysis_event_bus
-from manga_page_analysis.analysis.images import prepare_image
-from manga_page_analysis.analysis.ocr import (
+from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
+from manga_page_analysis.analysis.page_events import analysis_event_bus
+from manga_page_analysis.analysis.reader.ocr_analyzer import (
     OcrAnalyzer,
     OcrModelError,
     OcrModelMissing,
@@ -288,7 +288,9 @@ def test_the_runner_stores_ocr_results_with_a_null_nsfw_verdict(
 
 
 def test_without_a_model_the_runner_is_not_built(database_url, tmp_path, monkeypatch):
-    monkeypatch.setattr("manga_page_analysis.analysis.ocr.wheel_model_dir", lambda: tmp_path)
+    monkeypatch.setattr(
+        "manga_page_analysis.analysis.reader.ocr_analyzer.wheel_model_dir", lambda: tmp_path
+    )
     with pytest.raises(OcrModelMissing), analysis_runner(_ocr_settings(database_url, tmp_path)):
         pass
 
@@ -298,7 +300,9 @@ def test_a_model_failing_to_load_stops_the_runner_and_raises_on_exit(
 ):
     for name in ("PP-OCRv6_det_small.onnx", "PP-OCRv6_rec_small.onnx"):
         (tmp_path / name).write_bytes(b"garbage")
-    monkeypatch.setattr("manga_page_analysis.analysis.ocr.wheel_model_dir", lambda: tmp_path)
+    monkeypatch.setattr(
+        "manga_page_analysis.analysis.reader.ocr_analyzer.wheel_model_dir", lambda: tmp_path
+    )
     with (
         pytest.raises(OcrModelError, match="failed to load"),
         analysis_runner(_ocr_settings(database_url, tmp_path), engine=engine) as runner,

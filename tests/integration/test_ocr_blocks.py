@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from manga_page_analysis.admin.queries import get_page_analysis
-from manga_page_analysis.analysis.analyzer import VisionResult
-from manga_page_analysis.analysis.answer import Analysis, parse_analysis
+from manga_page_analysis.analysis.analyzer.answer import Analysis, parse_analysis
+from manga_page_analysis.analysis.analyzer.protocol import VisionResult
 from manga_page_analysis.repos.page_analysis import AnalysisRecord, save_done
 from tests.helpers import make_page
 

@@ -25,7 +25,7 @@ from flask import Flask
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.queue import AnalyzePage, enqueue_many, request_analysis
 from manga_page_analysis.web.flask import admin_blueprint

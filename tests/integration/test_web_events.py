@@ -24,7 +24,7 @@ from psycopg import sql
 from werkzeug.serving import make_server
 
 from manga_page_analysis.db import connect_kwargs
-from manga_page_analysis.web.events import APPLICATION_NAME, format_event
+from manga_page_analysis.web.event_stream import APPLICATION_NAME, format_event
 from manga_page_analysis.web.flask import admin_blueprint
 from tests.helpers import count, wait_until
 
@@ -33,7 +33,7 @@ PREFIX = "/admin/analysis"
 
 PUBLISHER = """
 import sys, uuid
-from manga_page_analysis.analysis.events import analysis_event_bus
+from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.worker.events import JobEvent
 

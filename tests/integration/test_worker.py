@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, lease, release_unowned
-from manga_page_analysis.worker import leasing as leasing_module
+from manga_page_analysis.worker import lease_loop as leasing_module
 from testbed.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.helpers import fail_first_call, wait_until
 from tests.worker_support import png_bytes
@@ -151,7 +151,7 @@ def test_an_exception_in_the_dispatch_fails_that_job_only(harness, vision_server
     bad = harness.add_page(png_bytes())
     good = harness.add_page(png_bytes(color="black"))
     bad_job = harness.request(bad)
-    from manga_page_analysis.analysis import handler as dispatcher
+    from manga_page_analysis.analysis import page_handler as dispatcher
 
     monkeypatch.setattr(
         dispatcher,
@@ -421,7 +421,7 @@ def test_workers_never_take_crawl_jobs(harness, vision_server):
 def test_events_without_a_breadcrumb_are_suppressed_but_work_goes_on(
     harness, vision_server, monkeypatch
 ):
-    from manga_page_analysis.analysis.handler import PageAnalysisHandler
+    from manga_page_analysis.analysis.page_handler import PageAnalysisHandler
 
     def broken(self, item):
         raise KeyError("manga_title")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from manga_page_analysis.analysis.answer import (
+from manga_page_analysis.analysis.analyzer.answer import (
     ANSWER_TEXT_MAX_CHARS,
     DESCRIPTION_MAX_CHARS,
     TAG_MAX_CHARS,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.bubbles import empty_bubbles, in_bubbles, uncovered_bubbles
-from manga_page_analysis.analysis.layout import TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.regions.bubbles import (
+    empty_bubbles,
+    in_bubbles,
+    uncovered_bubbles,
+)
 
 
 def page_with_a_balloon() -> np.ndarray:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from manga_page_analysis.analysis.char_forms import CHINESE_FORMS, japanese_forms
-from manga_page_analysis.analysis.layout import TextLine
-from manga_page_analysis.analysis.text_filter import read_page
+from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.text.char_forms import CHINESE_FORMS, japanese_forms
+from manga_page_analysis.analysis.reader.text.text_filter import read_page
 
 
 def column(x: float, y: float, text: str, size: float = 30) -> TextLine:

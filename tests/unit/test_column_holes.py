@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from manga_page_analysis.analysis.column_holes import Edge, Hole, block_edges, column_holes
-from manga_page_analysis.analysis.layout import TextLine
+from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.recognition.column_holes import (
+    Edge,
+    Hole,
+    block_edges,
+    column_holes,
+)
 
 
 def column(x: float, text: str, y: float = 100) -> TextLine:

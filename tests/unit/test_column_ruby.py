@@ -8,7 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from manga_page_analysis.analysis.column_ruby import _column_alone, read_without_ruby
+from manga_page_analysis.analysis.reader.recognition.column_ruby import (
+    _column_alone,
+    read_without_ruby,
+)
 
 PAPER, INK = 250, 20
 

@@ -10,7 +10,11 @@ import zlib
 import pytest
 from PIL import Image, PngImagePlugin
 
-from manga_page_analysis.analysis.images import PreparedImage, data_url, prepare_image
+from manga_page_analysis.analysis.analyzer.prepared_image import (
+    PreparedImage,
+    data_url,
+    prepare_image,
+)
 from manga_page_analysis.errors import ImageError
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from manga_page_analysis.analysis.layout import TextLine, reading_order
-from manga_page_analysis.analysis.line_cut import cut_at_wide_gaps, widest_gap
+from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps, widest_gap
 
 
 def positions(columns: list[int], length: float) -> SimpleNamespace:

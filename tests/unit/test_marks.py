@@ -10,23 +10,23 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from manga_page_analysis.analysis.column_marks import (
+from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.recognition.column_marks import (
     counted_dots,
     dash_beyond,
     dot_runs,
     dots_and_dashes,
     middle_dot,
 )
-from manga_page_analysis.analysis.layout import TextLine
-from manga_page_analysis.analysis.marks import (
+from manga_page_analysis.analysis.reader.recognition.marks import (
     ellipsis,
     lone_marks,
     read_marks,
     tail_pair,
     upright_pair,
 )
-from manga_page_analysis.analysis.text_filter import read_page
-from manga_page_analysis.analysis.wave_dashes import wave_at_ends
+from manga_page_analysis.analysis.reader.recognition.wave_dashes import wave_at_ends
+from manga_page_analysis.analysis.reader.text.text_filter import read_page
 
 CELL = 24
 """A character's cell, in pixels: the column is this thick."""

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from manga_page_analysis.analysis import ocr
-from manga_page_analysis.analysis.layout import TextLine
+from manga_page_analysis.analysis.reader import ocr_analyzer as ocr
+from manga_page_analysis.analysis.reader.order.blocks import TextLine
 
 
 def test_an_uncovered_balloon_is_looked_at_twice_and_an_empty_one_once(

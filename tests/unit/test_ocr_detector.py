@@ -10,7 +10,7 @@ import numpy as np
 from rapidocr.ch_ppocr_det.main import TextDetector
 from rapidocr.ch_ppocr_det.utils import DBPostProcess, DetPreProcess
 
-from manga_page_analysis.analysis.ocr_pipeline import _run_detector
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import _run_detector
 
 HALF = [0.5, 0.5, 0.5]
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.ocr_pipeline import DOUBTFUL_MIN_TEXT_SCORE, _confirmed
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import (
+    DOUBTFUL_MIN_TEXT_SCORE,
+    _confirmed,
+)
 
 
 def box(x: float) -> np.ndarray:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from manga_page_analysis.analysis.ocr_eval import (
+from bench.ocr_eval import (
     cer,
     edit_distance,
     folds_by_manga,

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from manga_page_analysis.analysis.ocr_pipeline import (
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import (
     _new,
     _read_voicing_again,
     _split_merged_columns,

@@ -12,8 +12,12 @@ import pytest
 from PIL import Image, ImageDraw
 from rapidocr.utils.process_img import get_rotate_crop_image
 
-from manga_page_analysis.analysis import ocr_pipeline
-from manga_page_analysis.analysis.ocr_pipeline import DET_MAX_UPSCALE, _line_crop, read_lines
+from manga_page_analysis.analysis.reader.recognition import detect_and_read as ocr_pipeline
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import (
+    DET_MAX_UPSCALE,
+    _line_crop,
+    read_lines,
+)
 
 
 def quad(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:

@@ -10,7 +10,10 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from manga_page_analysis.analysis.ocr_weights import flush_denormals, write_flushed_model
+from manga_page_analysis.analysis.reader.recognition.model_weights import (
+    flush_denormals,
+    write_flushed_model,
+)
 
 DENORMAL = np.float32(1e-40)
 WEIGHTS = np.array([[0.5, DENORMAL], [-DENORMAL, 2.0], [0.0, -3.25]], dtype=np.float32)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from manga_page_analysis.errors import ImageTooLarge, NotAnImage
-from manga_page_analysis.pages.images import check_image
+from manga_page_analysis.pages.image_format import check_image
 from tests.worker_support import png_bytes
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.panels import find_panels
+from manga_page_analysis.analysis.reader.regions.panels import find_panels
 
 
 def page(width: int, height: int, panels: list[tuple[int, int, int, int]]) -> np.ndarray:
@@ -141,7 +141,7 @@ def test_the_straight_side_of_a_caption_box_does_not_cut_its_panel():
 
 
 def test_the_skew_of_a_scan_is_found_from_its_frame_lines_and_none_is_found_on_a_straight_one():
-    from manga_page_analysis.analysis.frame_lines import skew
+    from manga_page_analysis.analysis.reader.regions.frame_lines import skew
 
     for degrees in (0.0, 0.75, -1.25):
         grey = skewed_page_sharing_frame_lines(degrees)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from manga_page_analysis.analysis.layout import TextLine, join_pieces, page_text, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import (
+    TextLine,
+    join_pieces,
+    page_text,
+    reading_order,
+)
 
 
 def column(x: float, y: float, text: str, size: float = 30) -> TextLine:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.layout import TextLine, reading_order
-from manga_page_analysis.analysis.ruled_lines import ruled_apart
-from manga_page_analysis.analysis.text_filter import read_page
+from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
+from manga_page_analysis.analysis.reader.text.text_filter import read_page
 
 PAPER = 250
 INK = 30

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from manga_page_analysis.analysis.layout import TextLine, reading_order
-from manga_page_analysis.analysis.text_filter import (
+from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.text.text_filter import (
     dialogue_blocks,
     dialogue_lines,
     is_furigana,

@@ -16,14 +16,14 @@ import pytest
 import requests
 from PIL import Image
 
-from manga_page_analysis.analysis.answer import (
+from manga_page_analysis.analysis.analyzer.answer import (
     ANALYSIS_SCHEMA,
     ANSWER_TEXT_MAX_CHARS,
     TAGS_MAX_ITEMS,
 )
-from manga_page_analysis.analysis.http import VisionClient
-from manga_page_analysis.analysis.http_retry import RetryPolicy
-from manga_page_analysis.analysis.images import PreparedImage
+from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage
+from manga_page_analysis.analysis.model_server.client import VisionClient
+from manga_page_analysis.analysis.model_server.retry import RetryPolicy
 from manga_page_analysis.errors import (
     DispatchTimeout,
     VisionCancelled,
@@ -326,9 +326,13 @@ def test_retries_are_logged_with_attempt_cause_and_delay(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     vision_server.script(error_reply(502, "bad gateway"))
-    with caplog.at_level(logging.WARNING, logger="manga_page_analysis.analysis.http"):
+    with caplog.at_level(
+        logging.WARNING, logger="manga_page_analysis.analysis.model_server.client"
+    ):
         make_client().analyze(page, deadline=soon(), job_label="job 42 page 7")
-    [record] = [r for r in caplog.records if r.name == "manga_page_analysis.analysis.http"]
+    [record] = [
+        r for r in caplog.records if r.name == "manga_page_analysis.analysis.model_server.client"
+    ]
     assert record.levelno == logging.WARNING
     message = record.getMessage()
     assert "job 42 page 7" in message
@@ -407,7 +411,7 @@ def test_cancel_during_backoff_stops_at_once(
                 sleeping.set()
 
     watcher = SleepWatcher()
-    logger = logging.getLogger("manga_page_analysis.analysis.http")
+    logger = logging.getLogger("manga_page_analysis.analysis.model_server.client")
     logger.addHandler(watcher)
     outcome: list[BaseException | None] = []
 

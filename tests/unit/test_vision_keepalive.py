@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from manga_page_analysis.analysis.http import VisionClient
-from manga_page_analysis.analysis.http_retry import RetryPolicy
-from manga_page_analysis.analysis.images import PreparedImage
+from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage
+from manga_page_analysis.analysis.model_server.client import VisionClient
+from manga_page_analysis.analysis.model_server.retry import RetryPolicy
 from manga_page_analysis.errors import VisionUnavailable
 from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import wait_until

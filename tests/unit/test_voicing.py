@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from manga_page_analysis.analysis.voicing import (
+from manga_page_analysis.analysis.reader.recognition.voicing import (
     adds_voicing_only,
     differs_in_voicing_only,
     may_be_voiced,

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from manga_page_analysis.analysis.ocr_pipeline import _read_voicing_again
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import _read_voicing_again
 
 
 @dataclass

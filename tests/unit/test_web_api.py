@@ -23,7 +23,7 @@ from manga_page_analysis.web.auth import (
     AdminAuth,
     Refusal,
 )
-from manga_page_analysis.web.events import EventStreams
+from manga_page_analysis.web.event_stream import EventStreams
 from manga_page_analysis.web.page import admin_page_html
 
 ROUTE = {route.name: route for route in ROUTES}

@@ -7,7 +7,7 @@ import threading
 from django.apps import AppConfig, apps
 from sqlalchemy import Engine
 
-from manga_page_analysis.analysis.events import analysis_channel
+from manga_page_analysis.analysis.page_events import analysis_channel
 from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.web.api import AdminApi
 from manga_page_analysis.web.django.borrowed import BorrowedEngines
@@ -16,7 +16,7 @@ from manga_page_analysis.web.django.conf import (
     page_analysis_settings,
     sqlalchemy_url,
 )
-from manga_page_analysis.web.events import EventStreams
+from manga_page_analysis.web.event_stream import EventStreams
 
 ADMIN_POOL_SIZE = 5
 """Connections the admin views may hold at once (the event streams have their own)."""

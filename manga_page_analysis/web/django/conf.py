@@ -16,7 +16,7 @@ from sqlalchemy.engine import URL, make_url
 
 from manga_page_analysis.config import DATABASE_SCHEMA_PATTERN
 from manga_page_analysis.db import DEFAULT_SCHEMA, normalise_url
-from manga_page_analysis.web.events import DEFAULT_KEEPALIVE_SECONDS, DEFAULT_MAX_STREAMS
+from manga_page_analysis.web.event_stream import DEFAULT_KEEPALIVE_SECONDS, DEFAULT_MAX_STREAMS
 
 SETTING: Final = "PAGE_ANALYSIS"
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from manga_page_analysis.analysis.ocr import OcrAnalyzer
+from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 from tests.integration.test_admin_page import browser  # noqa: F401  (the browser fixture)
 from tests.integration.test_admin_page_views import TOKEN, exercise_the_views
 from tests.integration.web_django.test_django_events_http import serve_django

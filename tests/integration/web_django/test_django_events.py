@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 
-from manga_page_analysis.analysis.events import ANALYSIS_CHANNEL
+from manga_page_analysis.analysis.page_events import ANALYSIS_CHANNEL
 from tests.helpers import count, wait_until
 from tests.integration.web_django.conftest import ADMIN_TOKEN
 

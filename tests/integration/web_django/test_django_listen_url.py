@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from manga_page_analysis.analysis.events import ANALYSIS_CHANNEL
+from manga_page_analysis.analysis.page_events import ANALYSIS_CHANNEL
 from manga_page_analysis.db import connect_kwargs
 from tests.integration.web_django.conftest import ADMIN_TOKEN
 

@@ -1,6 +1,7 @@
 """What every analyzer offers: the `Analyzer` protocol, its `Readiness` and its result.
 
-`VisionClient` (`manga_page_analysis.analysis.http`) and `OcrAnalyzer` (`manga_page_analysis.analysis.ocr`) meet it. The
+`VisionClient` (`manga_page_analysis.analysis.model_server.client`) and `OcrAnalyzer`
+(`manga_page_analysis.analysis.reader.ocr_analyzer`) meet it. The
 wiring calls `start` once before the runner leases, `readiness` repeatedly from the gate's
 thread, `analyze` from the worker threads concurrently, and `close` once after the runner has
 stopped (only whoever built the analyzer closes it).
@@ -13,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from manga_page_analysis.analysis.answer import Analysis
-from manga_page_analysis.analysis.images import PreparedImage
+from manga_page_analysis.analysis.analyzer.answer import Analysis
+from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.repos.page_analysis import AnalysisRecord
 

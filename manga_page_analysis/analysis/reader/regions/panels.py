@@ -16,7 +16,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.frame_lines import skew, steps, turn, turning
+from manga_page_analysis.analysis.reader.regions.frame_lines import skew, steps, turn, turning
 
 LIGHT: Final = 200 / 255
 """A pixel at least this share as bright as the paper (`paper_level`) counts as paper (200 of

@@ -28,16 +28,16 @@ from typing import Any, Final
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from manga_page_analysis.analysis.analyzer import READY, Readiness, VisionResult
-from manga_page_analysis.analysis.answer import Analysis
-from manga_page_analysis.analysis.bubbles import empty_bubbles, uncovered_bubbles
-from manga_page_analysis.analysis.column_holes import read_holes
-from manga_page_analysis.analysis.images import PreparedImage, undecodable
-from manga_page_analysis.analysis.layout import Block
-from manga_page_analysis.analysis.marks import lone_marks
-from manga_page_analysis.analysis.ocr_pipeline import read_lines
-from manga_page_analysis.analysis.ocr_weights import write_flushed_model
-from manga_page_analysis.analysis.text_filter import read_page
+from manga_page_analysis.analysis.analyzer.answer import Analysis
+from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage, undecodable
+from manga_page_analysis.analysis.analyzer.protocol import READY, Readiness, VisionResult
+from manga_page_analysis.analysis.reader.order.blocks import Block
+from manga_page_analysis.analysis.reader.recognition.column_holes import read_holes
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
+from manga_page_analysis.analysis.reader.recognition.marks import lone_marks
+from manga_page_analysis.analysis.reader.recognition.model_weights import write_flushed_model
+from manga_page_analysis.analysis.reader.regions.bubbles import empty_bubbles, uncovered_bubbles
+from manga_page_analysis.analysis.reader.text.text_filter import read_page
 from manga_page_analysis.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)

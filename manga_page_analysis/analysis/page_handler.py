@@ -9,8 +9,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from manga_page_analysis.analysis.analyzer import Analyzer, VisionResult
-from manga_page_analysis.analysis.images import prepare_image
+from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
+from manga_page_analysis.analysis.analyzer.protocol import Analyzer, VisionResult
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_SIDE_PX
 from manga_page_analysis.queue import Lease
 from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage

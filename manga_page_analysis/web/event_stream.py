@@ -19,7 +19,7 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from manga_page_analysis.analysis.events import ANALYSIS_CHANNEL
+from manga_page_analysis.analysis.page_events import ANALYSIS_CHANNEL
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.worker.outage import DatabaseOutage
 
@@ -78,7 +78,7 @@ class EventStreams:
             raise ValueError("keepalive_seconds must be positive")
         self._connect_kwargs = connect_kwargs
         self.channel = channel
-        """The channel to LISTEN on (`manga_page_analysis.analysis.events.analysis_channel`)."""
+        """The channel to LISTEN on (`manga_page_analysis.analysis.page_events.analysis_channel`)."""
         self.max_streams = max_streams
         self.keepalive_seconds = keepalive_seconds
         # Shared by the streams of this mount: the log says an outage once.

@@ -16,27 +16,27 @@ from typing import Any, Final, Protocol
 
 import requests
 
-from manga_page_analysis.analysis.analyzer import READY, Readiness, VisionResult
-from manga_page_analysis.analysis.answer import (
+from manga_page_analysis.analysis.analyzer.answer import (
     ANALYSIS_SCHEMA,
     SYSTEM_PROMPT,
     USER_PROMPT,
     parse_analysis,
 )
-from manga_page_analysis.analysis.http_retry import (
+from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage, data_url
+from manga_page_analysis.analysis.analyzer.protocol import READY, Readiness, VisionResult
+from manga_page_analysis.analysis.model_server.retry import (
     DEFAULT_RETRY,
     ConnectionDropped,
     RetryingCall,
     RetryPolicy,
 )
-from manga_page_analysis.analysis.http_wire import (
+from manga_page_analysis.analysis.model_server.wire import (
     chat_completion_content,
     completion_payload,
     error_message,
     is_dropped_connection,
     transport_reason,
 )
-from manga_page_analysis.analysis.images import PreparedImage, data_url
 from manga_page_analysis.config import (
     DEFAULT_VISION_CONNECT_TIMEOUT_SECONDS,
     DEFAULT_VISION_MAX_TOKENS,

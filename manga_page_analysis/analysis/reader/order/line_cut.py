@@ -20,7 +20,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 if TYPE_CHECKING:
-    from manga_page_analysis.analysis.layout import Block
+    from manga_page_analysis.analysis.reader.order.blocks import Block
 
 CUT_MIN_GAP: Final = 1.0
 """Two neighbouring characters whose centres stand further apart than one character plus

@@ -13,7 +13,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.line_cut import pieces_in_line_order
+from manga_page_analysis.analysis.reader.order.line_cut import pieces_in_line_order
 
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
@@ -73,11 +73,11 @@ class TextLine:
     """The recogniser's confidence in `text`, 0..1."""
     bubble: int | None = None
     """The balloon (an enclosed patch of paper) the line is printed in, when it is in one
-    (`manga_page_analysis.analysis.bubbles`): a line shares a block only with lines of its own
+    (`manga_page_analysis.analysis.reader.regions.bubbles`): a line shares a block only with lines of its own
     balloon, or, in none, with lines in none."""
     cut_from: Box | None = None
     """The box of the detected line this line is a piece of, when one line was cut in two
-    at a wide gap (`manga_page_analysis.analysis.line_cut`): its pieces are read one after
+    at a wide gap (`manga_page_analysis.analysis.reader.order.line_cut`): its pieces are read one after
     the other, left to right."""
 
     @property
@@ -187,12 +187,12 @@ def reading_order(
 ) -> list[Block]:
     """The blocks of `lines` in reading order, each with its lines in order.
 
-    `panels`: panel boxes already in reading order (`manga_page_analysis.analysis.panels`);
+    `panels`: panel boxes already in reading order (`manga_page_analysis.analysis.reader.regions.panels`);
     a block belongs to the panel holding its centre, and the panels are read
     in turn. Without panels the page is one panel. `right_to_left`: manga
     order; `False` reads rows left to right (comics, webtoons). `apart`: two near lines
     it holds apart are not joined (a rule drawn between them:
-    `manga_page_analysis.analysis.ruled_lines`).
+    `manga_page_analysis.analysis.reader.regions.ruled_lines`).
     """
     by_panel: dict[float, list[Block]] = {}
     for block in (_order_block(group) for group in _group(lines, apart)):

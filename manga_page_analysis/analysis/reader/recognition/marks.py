@@ -21,8 +21,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from manga_page_analysis.analysis.layout import Block, TextLine, is_column
-from manga_page_analysis.analysis.panels import LIGHT, paper_level, runs
+from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine, is_column
+from manga_page_analysis.analysis.reader.regions.panels import LIGHT, paper_level, runs
 
 INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink."""

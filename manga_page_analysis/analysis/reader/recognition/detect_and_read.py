@@ -6,7 +6,8 @@ line is recognised from the full-resolution image, or from the image enlarged as
 saw it when its lettering was small (docs/ocr.md, "What it reads").
 
 Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
-than its `__call__`, which has no per-call scale (why threads may share them: `manga_page_analysis.analysis.ocr`).
+than its `__call__`, which has no per-call scale (why threads may share them:
+`manga_page_analysis.analysis.reader.ocr_analyzer`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
-from manga_page_analysis.analysis.column_marks import dots_and_dashes
-from manga_page_analysis.analysis.column_ruby import read_without_ruby
-from manga_page_analysis.analysis.layout import TextLine, is_column
-from manga_page_analysis.analysis.line_cut import cut_at_wide_gaps
-from manga_page_analysis.analysis.marks import read_marks
-from manga_page_analysis.analysis.voicing import (
+from manga_page_analysis.analysis.reader.order.blocks import TextLine, is_column
+from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps
+from manga_page_analysis.analysis.reader.recognition.column_marks import dots_and_dashes
+from manga_page_analysis.analysis.reader.recognition.column_ruby import read_without_ruby
+from manga_page_analysis.analysis.reader.recognition.marks import read_marks
+from manga_page_analysis.analysis.reader.recognition.voicing import (
     adds_voicing_only,
     differs_in_voicing_only,
     may_be_voiced,

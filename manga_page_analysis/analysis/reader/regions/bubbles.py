@@ -15,8 +15,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.layout import TextLine
-from manga_page_analysis.analysis.panels import LIGHT, paper_level
+from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.regions.panels import LIGHT, paper_level
 
 BUBBLE_MIN_AREA: Final = 2.0
 """A patch of paper is a balloon around a line when it is at least this many times the

@@ -21,7 +21,7 @@ ANSWER_TEXT_MAX_CHARS: Final = 1900
 """Bound on `ocr_text` in the model's answer (the schema's `maxLength`). Kept under 2000
 because llama.cpp's grammar parser refuses (or, in newer builds, silently drops)
 repetition bounds of 2000 and more. Not a bound on stored text: the in-process
-`ocr` analyzer has its own (`manga_page_analysis.analysis.ocr.OCR_TEXT_MAX_CHARS`)."""
+`ocr` analyzer has its own (`manga_page_analysis.analysis.reader.ocr_analyzer.OCR_TEXT_MAX_CHARS`)."""
 DESCRIPTION_MAX_CHARS: Final = 600
 """Bound on `description`: one or two sentences with room to spare."""
 TAG_MAX_CHARS: Final = 40

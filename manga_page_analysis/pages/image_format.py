@@ -10,7 +10,7 @@ from typing import Final
 
 from PIL import Image
 
-from manga_page_analysis.analysis.images import refuse_bombs, undecodable
+from manga_page_analysis.analysis.analyzer.prepared_image import refuse_bombs, undecodable
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_PIXELS
 from manga_page_analysis.errors import ImageError, ImageTooLarge, NotAnImage
 

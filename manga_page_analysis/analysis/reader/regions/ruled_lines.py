@@ -17,8 +17,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.layout import TextLine
-from manga_page_analysis.analysis.panels import paper_level
+from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.regions.panels import paper_level
 
 RULE_INK: Final = 0.85
 """A pixel darker than this share of the paper's level is ink of a rule. Lenient: a leader

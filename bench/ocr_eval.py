@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from manga_page_analysis.analysis.voicing import differs_in_voicing_only
+from manga_page_analysis.analysis.reader.recognition.voicing import differs_in_voicing_only
 
 INTACT_MAX_CER: Final = 0.25
 """A returned block reproduces a ground-truth block when its CER against it is at most this."""
@@ -212,8 +212,8 @@ def evaluate(
     that a change that helps one manga and hurts others shows in the spread between folds."""
     # Imported here: loading the analyzer module pulls in Pillow and the engine's wiring,
     # which `--help` does not need.
-    from manga_page_analysis.analysis.images import prepare_image
-    from manga_page_analysis.analysis.ocr import OcrAnalyzer
+    from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
+    from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 
     truth: dict[str, dict[str, Any]] = json.loads((folder / "ground_truth.json").read_text("utf-8"))
     images = folder / "images" if (folder / "images").is_dir() else folder
@@ -267,7 +267,7 @@ def evaluate(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m manga_page_analysis.analysis.ocr_eval", description=__doc__.splitlines()[0]
+        prog="python -m bench.ocr_eval", description=__doc__.splitlines()[0]
     )
     parser.add_argument("folder", type=Path, help="a folder with ground_truth.json and images")
     parser.add_argument("--only", nargs="*", default=(), help="only these image names")

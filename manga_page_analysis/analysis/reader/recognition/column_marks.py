@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.layout import is_column
+from manga_page_analysis.analysis.reader.order.blocks import is_column
 
 INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink."""
@@ -91,7 +91,7 @@ def dots_and_dashes(
     (BGR); only the pixels round each column are made grey."""
     import cv2
 
-    from manga_page_analysis.analysis.wave_dashes import wave_at_ends
+    from manga_page_analysis.analysis.reader.recognition.wave_dashes import wave_at_ends
 
     boxes, texts = list(boxes), list(texts)
     for index, (box, text) in enumerate(zip(boxes, texts, strict=True)):
@@ -120,7 +120,7 @@ def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str
     image has (`marks.ellipsis`), when the image and the text hold as many runs (of two or
     more dots in the image). A run the text lacks is not added: dots counted where the text
     has none may be specks of a background."""
-    from manga_page_analysis.analysis.marks import ellipsis
+    from manga_page_analysis.analysis.reader.recognition.marks import ellipsis
 
     found = dot_runs(grey, box)
     read = list(DOT_RUN.finditer(text))

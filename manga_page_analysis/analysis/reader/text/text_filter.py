@@ -16,12 +16,12 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.bubbles import in_bubbles
-from manga_page_analysis.analysis.char_forms import japanese_forms
-from manga_page_analysis.analysis.layout import Block, TextLine, reading_order
-from manga_page_analysis.analysis.marks import whole_image_lettering
-from manga_page_analysis.analysis.panels import find_panels
-from manga_page_analysis.analysis.ruled_lines import ruled_apart
+from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine, reading_order
+from manga_page_analysis.analysis.reader.recognition.marks import whole_image_lettering
+from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
+from manga_page_analysis.analysis.reader.regions.panels import find_panels
+from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
+from manga_page_analysis.analysis.reader.text.char_forms import japanese_forms
 
 FURIGANA_MAX_RATIO: Final = 0.7
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""

@@ -18,7 +18,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_exp
 
 from manga_page_analysis.errors import VisionCancelled, VisionUnavailable
 
-log = logging.getLogger("manga_page_analysis.analysis.http")
+log = logging.getLogger("manga_page_analysis.analysis.model_server.client")
 
 T = TypeVar("T")
 

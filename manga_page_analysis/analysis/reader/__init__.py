@@ -1,0 +1,1 @@
+"""The page reader: the in-process `ocr` analyzer and its stages (docs/ocr.md)."""

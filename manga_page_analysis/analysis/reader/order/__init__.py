@@ -1,0 +1,1 @@
+"""Order the blocks: text lines grouped into blocks, and the blocks in manga reading order."""

@@ -1,0 +1,1 @@
+"""Find panels and balloons: the page's frames, gutters and enclosed paper around its lines."""
