@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, text
 
-from manga_page_analysis.cli.commands import run_worker
+from manga_page_analysis.cli.worker_command import run_worker
 from manga_page_analysis.config import Settings
 from manga_page_analysis.queue import request_analysis
 from testbed.vision_server import Reply, ScriptedVisionServer, analysis_content, ok_answer

@@ -6,7 +6,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from manga_page_analysis.cli.commands import could_be_the_pooler, revision_text
+from manga_page_analysis.cli.migrate_command import could_be_the_pooler, revision_text
 from manga_page_analysis.db import channel_name, in_schema
 from manga_page_analysis.queue.states import _RECLAIM_EXPIRED
 

@@ -12,6 +12,7 @@ from django.db import connections
 
 from manga_page_analysis.cli import commands as cli
 from manga_page_analysis.cli.shutdown import exit_process
+from manga_page_analysis.cli.worker_command import EXIT_MIGRATIONS_PENDING
 from manga_page_analysis.web.django.apps import page_analysis_app
 from manga_page_analysis.web.django.conf import sqlalchemy_url
 
@@ -56,7 +57,7 @@ class Command(BaseCommand):
         argv.append("--migrate" if options["migrate"] else "--no-migrate")
         # The CLI installs the signal handlers (manga_page_analysis.cli.shutdown).
         code = cli.main(argv)
-        if code == cli.EXIT_MIGRATIONS_PENDING:
+        if code == EXIT_MIGRATIONS_PENDING:
             logging.getLogger("manga_page_analysis.cli").error(
                 "bring the schema to head with `python manage.py migrate`"
             )
