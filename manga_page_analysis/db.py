@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import re
 from typing import Any, Final, TypeAlias
 
 from sqlalchemy import Connection, Engine, create_engine
@@ -21,11 +19,6 @@ DEFAULT_SCHEMA: Final = "public"
 """`DATABASE_SCHEMA`'s default. The models name it as their schema, so a host's
 engine needs no option for it, and `schema_options` moves only this package's
 tables (a host's own tables, with no schema of their own, stay where they are)."""
-
-_OUR_TABLES: Final = re.compile(
-    r"\b(FROM|JOIN|UPDATE|INTO|TABLE)(\s+)(crawler_jobs|mangas|chapters|pages|page_analysis|queue_leader)\b",
-    re.IGNORECASE,
-)
 
 
 def schema_options(schema: str) -> dict[str, Any]:
@@ -58,17 +51,6 @@ def channel_name(channel: str, schema: str) -> str:
 def quote_identifier(name: str) -> str:
     """`name` as a double-quoted SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
-
-
-@functools.cache
-def in_schema(statement: str, schema: str) -> str:
-    """A hand-written SQL text of this package with its tables (after FROM, JOIN,
-    UPDATE, INTO, TABLE) qualified by `schema`; unchanged for `public`, where the
-    texts keep their plain names. Cached: the queue's texts are a few constants."""
-    if schema == DEFAULT_SCHEMA:
-        return statement
-    prefix = quote_identifier(schema) + "."
-    return _OUR_TABLES.sub(lambda m: f"{m.group(1)}{m.group(2)}{prefix}{m.group(3)}", statement)
 
 
 def database_url(settings: Settings) -> str:

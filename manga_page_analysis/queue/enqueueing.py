@@ -29,7 +29,7 @@ def _insert(many: bool, options: tuple[str, ...]) -> str:
         # says whether the dedup index skipped the row, and a statement that
         # returns no rows costs the client less.
         return (
-            f"INSERT INTO crawler_jobs (id, payload{names}) "
+            f"INSERT INTO <<crawler_jobs>> (id, payload{names}) "
             f"VALUES (%(id)s::uuid, %(payload)s::jsonb{values}) ON CONFLICT DO NOTHING"
         )
     # The payloads travel as ONE JSON array (one parameter, parsed once by the
@@ -40,7 +40,7 @@ def _insert(many: bool, options: tuple[str, ...]) -> str:
             SELECT gen_random_uuid() AS id, payload, n
             FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
         ), inserted AS (
-            INSERT INTO crawler_jobs (id, payload{names})
+            INSERT INTO <<crawler_jobs>> (id, payload{names})
             SELECT id, payload{values} FROM v ORDER BY n
             ON CONFLICT DO NOTHING RETURNING id
         )

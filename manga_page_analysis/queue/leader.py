@@ -13,7 +13,7 @@ MAINTENANCE: Final = "maintenance"
 """The role whose leader reclaims expired leases and reaps done jobs."""
 
 _ELECT: Final = """
-    INSERT INTO queue_leader AS l (name, leader_id, elected_at, expires_at)
+    INSERT INTO <<queue_leader>> AS l (name, leader_id, elected_at, expires_at)
     VALUES (%(name)s, %(leader_id)s, now(), now() + %(ttl)s::interval)
     ON CONFLICT (name) DO UPDATE
     SET leader_id = excluded.leader_id, expires_at = excluded.expires_at,
@@ -23,7 +23,7 @@ _ELECT: Final = """
     RETURNING l.leader_id
 """
 
-_RESIGN: Final = "DELETE FROM queue_leader WHERE name = %(name)s AND leader_id = %(leader_id)s"
+_RESIGN: Final = "DELETE FROM <<queue_leader>> WHERE name = %(name)s AND leader_id = %(leader_id)s"
 
 
 def elect(conn: Conn, name: str, leader_id: str, ttl: timedelta) -> bool:

@@ -75,12 +75,12 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
     n = int(limit)
     return f"""
         WITH pending AS MATERIALIZED (
-            SELECT id, scheduled_at, created_at FROM crawler_jobs
+            SELECT id, scheduled_at, created_at FROM <<crawler_jobs>>
             WHERE state = 'pending' AND scheduled_at <= now() {kind}
             ORDER BY scheduled_at, created_at LIMIT {n}
             FOR UPDATE SKIP LOCKED
         ), expired AS MATERIALIZED (
-            SELECT id, scheduled_at, created_at FROM crawler_jobs
+            SELECT id, scheduled_at, created_at FROM <<crawler_jobs>>
             WHERE state = 'running' AND leased_until < now() AND scheduled_at <= now() {kind}
             ORDER BY scheduled_at, created_at LIMIT {n}
             FOR UPDATE SKIP LOCKED
@@ -88,7 +88,7 @@ def _lease_statement(kinds: tuple[str, ...] | None, limit: int) -> str:
             SELECT id FROM (SELECT * FROM pending UNION ALL SELECT * FROM expired) AS due
             ORDER BY scheduled_at, created_at LIMIT {n}
         )
-        UPDATE crawler_jobs AS j
+        UPDATE <<crawler_jobs>> AS j
         SET state = 'running', attempts = j.attempts + 1,
             lease_generation = j.lease_generation + 1,
             leased_until = now() + %(lease_duration)s::interval, leased_by = %(holder)s,

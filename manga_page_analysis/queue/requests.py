@@ -37,10 +37,10 @@ _ENQUEUE_KNOWN: Final = """
         SELECT gen_random_uuid() AS id, payload, n, page.id IS NOT NULL AS known
         FROM jsonb_array_elements(%(payloads)s::jsonb) WITH ORDINALITY AS v(payload, n)
         LEFT JOIN LATERAL (
-            SELECT pages.id FROM pages WHERE pages.id = (v.payload ->> 'page_id')::uuid LIMIT 1
+            SELECT pages.id FROM <<pages>> WHERE pages.id = (v.payload ->> 'page_id')::uuid LIMIT 1
         ) AS page ON true
     ), inserted AS (
-        INSERT INTO crawler_jobs (id, payload)
+        INSERT INTO <<crawler_jobs>> (id, payload)
         SELECT id, payload FROM v WHERE NOT EXISTS (SELECT FROM v WHERE NOT known) ORDER BY n
         ON CONFLICT DO NOTHING RETURNING id
     )
@@ -55,7 +55,7 @@ _IN_FLIGHT: Final = """
     SELECT wanted.page_id, in_flight.id, in_flight.state, in_flight.forced
     FROM unnest(%(page_ids)s::text[]) AS wanted(page_id)
     CROSS JOIN LATERAL (
-        SELECT id, state, payload ->> 'force' = 'true' AS forced FROM crawler_jobs
+        SELECT id, state, payload ->> 'force' = 'true' AS forced FROM <<crawler_jobs>>
         WHERE payload ->> 'kind' = 'analyze_page' AND payload ->> 'page_id' = wanted.page_id
           AND state IN ('pending', 'running')
         LIMIT 1
@@ -65,7 +65,7 @@ _IN_FLIGHT: Final = """
 # Only while still in flight (checked again under the row's lock), and in id
 # order like every batch, so it never deadlocks with the acker.
 _FORCE: Final = (
-    "UPDATE crawler_jobs SET payload = payload || '{\"force\": true}'::jsonb, "
+    "UPDATE <<crawler_jobs>> SET payload = payload || '{\"force\": true}'::jsonb, "
     "updated_at = now() WHERE id = ANY(%(ids)s::uuid[]) AND state IN ('pending', 'running') "
     "RETURNING id, state"
 )

@@ -43,7 +43,7 @@ def _fenced(set_clause: str, *per_row: tuple[str, str]) -> str:
     arrays = ", ".join(f"%({name}s)s::{sql_type}[]" for name, sql_type in columns)
     names = ", ".join(name for name, _ in columns)
     return (
-        f"UPDATE crawler_jobs AS j SET {set_clause} FROM unnest({arrays}) AS v({names}) "
+        f"UPDATE <<crawler_jobs>> AS j SET {set_clause} FROM unnest({arrays}) AS v({names}) "
         "WHERE j.id = v.id AND j.lease_generation = v.generation AND j.state = 'running' "
         "RETURNING j.id"
     )
@@ -76,13 +76,13 @@ _GIVE_BACK: Final = (
 _RELEASE: Final = _fenced(_GIVE_BACK)
 
 _RELEASE_UNOWNED: Final = (
-    f"UPDATE crawler_jobs AS j SET {_GIVE_BACK} "
+    f"UPDATE <<crawler_jobs>> AS j SET {_GIVE_BACK} "
     "WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state = 'running' RETURNING j.id"
 )
 
 _RECLAIM_EXPIRED: Final = f"""
     WITH dead AS (
-        UPDATE crawler_jobs AS j
+        UPDATE <<crawler_jobs>> AS j
         SET state = 'dead', reclaim_count = j.reclaim_count + 1,
             lease_generation = j.lease_generation + 1, leased_until = NULL,
             last_error = %(error)s, updated_at = now()
@@ -91,7 +91,7 @@ _RECLAIM_EXPIRED: Final = f"""
         RETURNING j.id, CAST(j.payload AS text) AS payload, j.attempts, j.max_attempts,
                   j.lease_generation
     ), given_back AS (
-        UPDATE crawler_jobs AS j SET {_GIVE_BACK}, reclaim_count = j.reclaim_count + 1
+        UPDATE <<crawler_jobs>> AS j SET {_GIVE_BACK}, reclaim_count = j.reclaim_count + 1
         WHERE j.state = 'running' AND j.leased_until < now()
           AND j.reclaim_count + 1 < %(limit)s
         RETURNING j.id
@@ -102,7 +102,7 @@ _RECLAIM_EXPIRED: Final = f"""
 """
 
 _REAP_DONE: Final = (
-    "DELETE FROM crawler_jobs WHERE state = 'done' AND updated_at < now() - %(age)s::interval"
+    "DELETE FROM <<crawler_jobs>> WHERE state = 'done' AND updated_at < now() - %(age)s::interval"
 )
 
 
@@ -315,7 +315,7 @@ def reap_done(conn: Conn, retention_days: int) -> int:
 
 _RETRY: Final = (
     # A retried job starts over: attempts and reclaims reset, due now.
-    "UPDATE crawler_jobs AS j SET state = 'pending', attempts = 0, reclaim_count = 0, "
+    "UPDATE <<crawler_jobs>> AS j SET state = 'pending', attempts = 0, reclaim_count = 0, "
     "leased_until = NULL, scheduled_at = now(), updated_at = now() "
     "FROM ({candidates}) AS retried WHERE j.id = retried.id AND j.state = 'dead' "
     "RETURNING j.id"
@@ -333,7 +333,7 @@ def _slot_taken(kind: str, field: str) -> str:
     # unique index for the in-flight check.
     return (
         f"(dead.payload ->> 'kind' = '{kind}' AND EXISTS ("
-        f"SELECT 1 FROM crawler_jobs f WHERE f.payload ->> 'kind' = '{kind}' "
+        f"SELECT 1 FROM <<crawler_jobs>> f WHERE f.payload ->> 'kind' = '{kind}' "
         "AND f.state IN ('pending', 'running') "
         f"AND f.payload ->> '{field}' = dead.payload ->> '{field}'))"
     )
@@ -352,7 +352,7 @@ def _retry_all_dead_statement(slots: tuple[tuple[str, str], ...]) -> str:
             SELECT d.id, d.updated_at, d.payload,
                    coalesce({f"CASE d.payload ->> 'kind' {slot} END" if slots else "NULL"},
                             d.id::text) AS slot
-            FROM crawler_jobs d
+            FROM <<crawler_jobs>> d
             WHERE d.state = 'dead'
               AND (CAST(%(kind)s AS text) IS NULL OR d.payload ->> 'kind' = %(kind)s)
         ) dead
@@ -363,7 +363,7 @@ def _retry_all_dead_statement(slots: tuple[tuple[str, str], ...]) -> str:
 
 
 _DEAD_IDS: Final = (
-    "SELECT id FROM crawler_jobs WHERE state = 'dead' "
+    "SELECT id FROM <<crawler_jobs>> WHERE state = 'dead' "
     "AND (CAST(%(kind)s AS text) IS NULL OR payload ->> 'kind' = %(kind)s) "
     "ORDER BY updated_at DESC, id DESC"
 )
@@ -396,7 +396,7 @@ def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
 
 
 _CANCEL_PENDING: Final = (
-    "UPDATE crawler_jobs SET state = 'dead', last_error = %(reason)s, "
+    "UPDATE <<crawler_jobs>> SET state = 'dead', last_error = %(reason)s, "
     "leased_until = NULL, updated_at = now() "
     "WHERE id = ANY(%(ids)s::uuid[]) AND state = 'pending' RETURNING id"
 )

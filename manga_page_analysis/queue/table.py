@@ -4,6 +4,7 @@ executes the queue's own SQL texts."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -12,8 +13,8 @@ from typing import Any, Final, cast
 from sqlalchemy import ColumnElement, Connection, CursorResult, Table, literal_column
 from sqlalchemy.util.typing import TupleAny
 
-from manga_page_analysis.db import Conn, in_schema, schema_of
-from manga_page_analysis.models import Job
+from manga_page_analysis.db import DEFAULT_SCHEMA, Conn, quote_identifier, schema_of
+from manga_page_analysis.models import Base, Job
 from manga_page_analysis.queue.kinds import Payload
 
 LAST_ERROR_MAX_CHARS: Final = 4000
@@ -74,9 +75,9 @@ def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*
 
     Nothing is built or compiled per call, which costs more client time than
     Postgres spends on a small statement; `exec_driver_sql` still translates
-    driver errors and notices lost connections. The texts name the tables
-    plainly; on a connection whose tables live in another schema
-    (`manga_page_analysis.db.schema_options`) they are qualified with it (once per text).
+    driver errors and notices lost connections. The texts name this package's
+    tables as placeholders, `<<crawler_jobs>>`, which `in_schema` renders for the
+    connection's schema (`manga_page_analysis.db.schema_options`).
     """
     if not isinstance(conn, Connection):
         # A Session, or a scoped_session standing in for one (Flask-SQLAlchemy's
@@ -85,3 +86,20 @@ def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*
             conn.flush()
         conn = conn.connection()
     return conn.exec_driver_sql(in_schema(statement, schema_of(conn)), params)
+
+
+@functools.cache
+def in_schema(statement: str, schema: str) -> str:
+    """`statement` with each `<<table>>` placeholder replaced by that table of this
+    package in `schema`: the plain name in `public`, else `"schema".table`. Cached:
+    the queue's texts are a few constants. A placeholder naming no table of ours
+    is a programming error (`ValueError`), never sent to the server."""
+    rendered = statement
+    for name in Base.metadata.tables:
+        table = name.rpartition(".")[2]
+        qualified = table if schema == DEFAULT_SCHEMA else f"{quote_identifier(schema)}.{table}"
+        rendered = rendered.replace(f"<<{table}>>", qualified)
+    leftover = rendered.partition("<<")[2].partition(">>")[0]
+    if leftover.isidentifier():
+        raise ValueError(f"<<{leftover}>> names no table of this package")
+    return rendered

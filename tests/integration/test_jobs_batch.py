@@ -31,7 +31,7 @@ from manga_page_analysis.queue import (
     renew_many,
 )
 from manga_page_analysis.queue.leasing import _lease_statement
-from manga_page_analysis.queue.table import WAKEUP_CHANNEL
+from manga_page_analysis.queue.table import WAKEUP_CHANNEL, in_schema
 from tests.helpers import job_row
 
 LONG = timedelta(minutes=5)
@@ -260,7 +260,7 @@ def test_the_lease_does_not_step_over_running_rows(engine):
         conn.execute(text("VACUUM ANALYZE crawler_jobs"))
 
     for kinds in ((KIND_SYNC_MANGA,), None):
-        statement = _lease_statement(kinds, 16)
+        statement = in_schema(_lease_statement(kinds, 16), "public")
         with engine.connect() as conn, conn.begin() as transaction:
             sql = statement.replace("%(lease_duration)s", "'60 seconds'").replace(
                 "%(holder)s", "'bench:1:worker:0'"

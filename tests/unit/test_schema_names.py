@@ -7,34 +7,51 @@ import psycopg
 import pytest
 
 from manga_page_analysis.cli.migrate_command import could_be_the_pooler, revision_text
-from manga_page_analysis.db import channel_name, in_schema
+from manga_page_analysis.db import channel_name
 from manga_page_analysis.queue.states import _RECLAIM_EXPIRED
+from manga_page_analysis.queue.table import in_schema
 
 
 def test_hand_written_sql_names_the_schema_of_its_tables() -> None:
+    """Only the `<<table>>` placeholders are rendered: a CTE, an alias or a string
+    named like one of the tables is left as written."""
     statement = (
-        "WITH pages_cte AS (SELECT 1) UPDATE crawler_jobs AS j SET state = 'done' "
-        "FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN pages p ON true "
-        "WHERE j.payload ->> 'kind' = 'crawler_jobs_wakeup'"
+        "WITH pages AS (SELECT 1) UPDATE <<crawler_jobs>> AS crawler_jobs SET state = 'done' "
+        "FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN <<pages>> p ON true JOIN pages ON true "
+        "WHERE crawler_jobs.payload ->> 'kind' = 'crawler_jobs_wakeup'"
     )
-    assert in_schema(statement, "public") is statement
+    assert in_schema(statement, "public") == (
+        "WITH pages AS (SELECT 1) UPDATE crawler_jobs AS crawler_jobs SET state = 'done' "
+        "FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN pages p ON true JOIN pages ON true "
+        "WHERE crawler_jobs.payload ->> 'kind' = 'crawler_jobs_wakeup'"
+    )
     assert in_schema(statement, "pa") == (
-        "WITH pages_cte AS (SELECT 1) UPDATE \"pa\".crawler_jobs AS j SET state = 'done' "
-        'FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN "pa".pages p ON true '
-        "WHERE j.payload ->> 'kind' = 'crawler_jobs_wakeup'"
+        "WITH pages AS (SELECT 1) UPDATE \"pa\".crawler_jobs AS crawler_jobs SET state = 'done' "
+        'FROM unnest(%(ids)s::uuid[]) AS v(id) JOIN "pa".pages p ON true JOIN pages ON true '
+        "WHERE crawler_jobs.payload ->> 'kind' = 'crawler_jobs_wakeup'"
     )
     # Every table of a real statement, none left to `search_path`.
     qualified = in_schema(_RECLAIM_EXPIRED, "pa")
-    assert qualified.count('"pa".crawler_jobs') == _RECLAIM_EXPIRED.count("crawler_jobs")
+    assert qualified.count('"pa".crawler_jobs') == _RECLAIM_EXPIRED.count("<<crawler_jobs>>") > 0
+    assert "<<" not in qualified
 
 
-def test_every_table_of_the_models_is_qualified_in_hand_written_sql() -> None:
-    """A table added to the models but not to `in_schema`'s list would be read
-    from `public` in another schema (queue_leader was, once)."""
+def test_a_placeholder_naming_no_table_is_refused() -> None:
+    with pytest.raises(ValueError, match="<<crawler_job>> names no table"):
+        in_schema("SELECT 1 FROM <<crawler_job>>", "pa")
+
+
+def test_every_table_of_the_models_can_be_named_in_hand_written_sql() -> None:
+    """A table added to the models is rendered too (queue_leader once was not)."""
     from manga_page_analysis.models import Base
 
     for table in Base.metadata.tables.values():
-        assert in_schema(f"SELECT 1 FROM {table.name}", "pa") == f'SELECT 1 FROM "pa".{table.name}'
+        assert (
+            in_schema(f"SELECT 1 FROM <<{table.name}>>", "pa") == f'SELECT 1 FROM "pa".{table.name}'
+        )
+        assert (
+            in_schema(f"SELECT 1 FROM <<{table.name}>>", "public") == f"SELECT 1 FROM {table.name}"
+        )
 
 
 def test_channels_keep_their_names_in_public_only() -> None:
