@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from manga_page_analysis.storage.s3 import S3Location
+
 DEFAULT_VISION_URL = "http://127.0.0.1:8080"
 """llama-server's default address: what to suggest as `VISION_URL` (it is not a default)."""
 DEFAULT_VISION_MAX_TOKENS = 4096
@@ -216,8 +218,6 @@ class Settings(BaseSettings):
         # `STORAGE_URL=` (empty, as in a copied .env) means unset: STORAGE_ROOT.
         if not value:
             return None
-        from manga_page_analysis.storage.s3 import S3Location
-
         return str(S3Location.parse(value.strip()))
 
     @field_validator("vision_url")

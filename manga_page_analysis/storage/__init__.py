@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import importlib.util
 import threading
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 from manga_page_analysis.errors import StorageError
 from manga_page_analysis.storage.base import (
@@ -18,27 +19,38 @@ from manga_page_analysis.storage.base import (
     read_capped,
 )
 from manga_page_analysis.storage.local import LocalStorage
-
-if TYPE_CHECKING:
-    from manga_page_analysis.config import Settings
-    from manga_page_analysis.storage.s3 import S3Storage
+from manga_page_analysis.storage.s3 import S3Storage
 
 __all__ = [
     "READ_CHUNK_BYTES",
     "LocalStorage",
     "ProbedStorage",
     "Storage",
+    "StorageSettings",
     "StoreReadiness",
     "check_key",
     "open_storage",
     "read_capped",
 ]
 
+
+class StorageSettings(Protocol):
+    """What `open_storage` reads of the settings; `manga_page_analysis.config.Settings` has it
+    (storage sits below the settings: it knows no `Settings`)."""
+
+    @property
+    def storage_url(self) -> str | None: ...
+    @property
+    def storage_root(self) -> Path: ...
+    @property
+    def analysis_workers(self) -> int: ...
+
+
 _s3_stores: dict[tuple[str, int], S3Storage] = {}
 _s3_lock = threading.Lock()
 
 
-def open_storage(settings: Settings) -> Storage:
+def open_storage(settings: StorageSettings) -> Storage:
     """The store `settings` configure: `S3Storage` when `STORAGE_URL` is set (it wins over
     `STORAGE_ROOT`), else `LocalStorage(settings.storage_root)`. Every reader and writer of
     page images (worker, importer, admin) gets it here.
@@ -55,9 +67,7 @@ def open_storage(settings: Settings) -> Storage:
         return store
 
 
-def _build_s3(settings: Settings) -> S3Storage:
-    from manga_page_analysis.storage.s3 import S3Storage
-
+def _build_s3(settings: StorageSettings) -> S3Storage:
     if importlib.util.find_spec("boto3") is None:  # pragma: no cover - depends on the extras
         raise StorageError(
             "STORAGE_URL=s3://... needs boto3: pip install 'manga-page-analysis[s3]'"

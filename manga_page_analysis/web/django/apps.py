@@ -16,6 +16,7 @@ from manga_page_analysis.web.django.conf import (
     page_analysis_settings,
     sqlalchemy_url,
 )
+from manga_page_analysis.web.django.migrate import check_database, migrate_after_django
 from manga_page_analysis.web.event_stream import EventStreams
 
 ADMIN_POOL_SIZE = 5
@@ -40,8 +41,6 @@ class PageAnalysisConfig(AppConfig):
     def ready(self) -> None:
         from django.core import checks
         from django.db.models.signals import post_migrate
-
-        from manga_page_analysis.web.django.migrate import check_database, migrate_after_django
 
         checks.register(check_database, checks.Tags.database)
         # dispatch_uid: one handler however often ready() runs (test runners).

@@ -33,6 +33,7 @@ from manga_page_analysis.pages.adding import (
 )
 from manga_page_analysis.queue import request_analysis as request_analysis_on
 from manga_page_analysis.storage import Storage, open_storage
+from manga_page_analysis.web.django.apps import page_analysis_app
 
 logger = logging.getLogger(__name__)
 
@@ -49,8 +50,6 @@ def in_host_transaction(using: str, work: Callable[[Connection], T]) -> T:
     intact: the host's transaction stays usable.
     """
     from django.db import connections, transaction
-
-    from manga_page_analysis.web.django.apps import page_analysis_app
 
     engine = page_analysis_app().borrowed.engine(using)
     refused: ServiceError | None = None

@@ -9,6 +9,13 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 
+from manga_page_analysis.migrations import SchemaConflict, upgrade_head
+from manga_page_analysis.web.django.conf import (
+    check_postgresql,
+    page_analysis_settings,
+    sqlalchemy_url,
+)
+
 CHECK_ID = "page_analysis.E001"
 
 
@@ -17,12 +24,9 @@ def migrate_after_django(
 ) -> None:
     """`post_migrate` handler: alembic `upgrade head` on the database the app
     uses, after Django's own migrations on it (idempotent; other aliases are
-    left alone). A table in the way stops `migrate` with one line."""
-    from manga_page_analysis.migrations import SchemaConflict, upgrade_head
-    from manga_page_analysis.web.django.apps import page_analysis_app
-    from manga_page_analysis.web.django.conf import sqlalchemy_url
-
-    settings = page_analysis_app().settings
+    left alone). A table in the way stops `migrate` with one line. `sender`: the app's
+    config (`apps.PageAnalysisConfig`, which connects this handler)."""
+    settings = sender.settings
     if using != settings.database_alias:
         return
     url = sqlalchemy_url(using).render_as_string(hide_password=False)
@@ -36,11 +40,8 @@ def migrate_after_django(
 
 def check_database(app_configs: Any = None, **_: Any) -> list[checks.CheckMessage]:
     """A system check: the app's database must be PostgreSQL on psycopg 3."""
-    from manga_page_analysis.web.django.apps import page_analysis_app
-    from manga_page_analysis.web.django.conf import check_postgresql
-
     try:
-        check_postgresql(page_analysis_app().settings.database_alias)
+        check_postgresql(page_analysis_settings().database_alias)
     except ImproperlyConfigured as exc:
         return [
             checks.Error(

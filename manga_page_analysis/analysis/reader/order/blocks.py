@@ -13,8 +13,6 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.line_cut import pieces_in_line_order
-
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
 JOIN_GAP: Final = 0.5
@@ -201,6 +199,28 @@ def reading_order(
     for index in sorted(by_panel):
         ordered.extend(_order_rows(by_panel[index], right_to_left))
     return pieces_in_line_order(ordered)
+
+
+def pieces_in_line_order(blocks: list[Block]) -> list[Block]:
+    """`blocks` (in reading order) with the pieces of each cut line (blocks of lines sharing
+    a `cut_from`) read one after the other, left to right, where the first of them was."""
+    by_origin: dict[tuple[float, float, float, float], list[Block]] = {}
+    for block in blocks:
+        origin = _origin(block)
+        if origin is not None:
+            by_origin.setdefault(origin, []).append(block)
+    ordered: list[Block] = []
+    for block in blocks:
+        origin = _origin(block)
+        if origin is None:
+            ordered.append(block)
+        elif by_origin[origin][0] is block:
+            ordered.extend(sorted(by_origin[origin], key=lambda piece: piece.x0))
+    return ordered
+
+
+def _origin(block: Block) -> tuple[float, float, float, float] | None:
+    return next((line.cut_from for line in block.lines if line.cut_from is not None), None)
 
 
 def page_text(lines: Sequence[TextLine]) -> str:

@@ -7,20 +7,18 @@ written across a line has no spaces: neighbouring characters of one sentence sta
 character apart, centre to centre. Where the recogniser places two neighbours more than
 `CUT_MIN_GAP` line thicknesses further apart than that, the line is two pieces, and it is cut
 there. The pieces keep the box of the line they were cut from (`TextLine.cut_from`), so the
-layout reads them one after the other, left to right, whatever order it reads blocks in.
+reading order reads them one after the other, left to right, whatever order it reads blocks
+in (`blocks.pieces_in_line_order`).
 """
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
-
-if TYPE_CHECKING:
-    from manga_page_analysis.analysis.reader.order.blocks import Block
 
 CUT_MIN_GAP: Final = 1.0
 """Two neighbouring characters whose centres stand further apart than one character plus
@@ -84,28 +82,6 @@ def cut_at_wide_gaps(
             out_scores.append(score)
             origins.append(box)
     return out_boxes, out_texts, out_scores, origins
-
-
-def pieces_in_line_order(blocks: list[Block]) -> list[Block]:
-    """`blocks` (in reading order) with the pieces of each cut line (blocks of lines sharing
-    a `cut_from`) read one after the other, left to right, where the first of them was."""
-    by_origin: dict[tuple[float, float, float, float], list[Block]] = {}
-    for block in blocks:
-        origin = _origin(block)
-        if origin is not None:
-            by_origin.setdefault(origin, []).append(block)
-    ordered: list[Block] = []
-    for block in blocks:
-        origin = _origin(block)
-        if origin is None:
-            ordered.append(block)
-        elif by_origin[origin][0] is block:
-            ordered.extend(sorted(by_origin[origin], key=lambda piece: piece.x0))
-    return ordered
-
-
-def _origin(block: Block) -> tuple[float, float, float, float] | None:
-    return next((line.cut_from for line in block.lines if line.cut_from is not None), None)
 
 
 def widest_gap(word_info: Any, crop_ratio: float) -> tuple[int, float, float] | None:

@@ -21,6 +21,8 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from manga_page_analysis.analysis.reader.order.blocks import SAME_SIZE, TextLine, reading_order
+from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
+from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
 
 INK_LEVEL: Final = 128
 """A pixel darker than this (0-255) is ink."""
@@ -122,10 +124,6 @@ def block_edges(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[Edge
     """The edges of the vertical blocks of `lines` (at least `EDGE_MIN_COLUMNS` columns)
     where the strip beside the outer column holds ink like the block's (`EDGE_INK_SHARE`).
     `grey`: the page."""
-    from manga_page_analysis.analysis.reader.regions.bubbles import (
-        in_bubbles,
-    )  # which imports layout
-
     height, width = grey.shape
     edges = []
     # A balloon's missed column is sought by reading the balloon again (`bubbles`).
@@ -160,8 +158,6 @@ def read_holes(
     """The columns found in the holes between `lines`' columns (page pixels), each detected
     again in the strip of page the hole spans, and beside the blocks' edges (`block_edges`),
     each block detected again with its edge. `grey`: the page in grey, as the caller has it."""
-    from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
-
     found = []
     for hole in column_holes(lines):
         x0, y0 = int(hole.x0), int(hole.y0)

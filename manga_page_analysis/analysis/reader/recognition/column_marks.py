@@ -24,9 +24,10 @@ import numpy as np
 from numpy.typing import NDArray
 
 from manga_page_analysis.analysis.reader.order.blocks import is_column
+from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL, cells_spanned
+from manga_page_analysis.analysis.reader.recognition.marks import ellipsis
+from manga_page_analysis.analysis.reader.recognition.wave_dashes import wave_at_ends
 
-INK_LEVEL: Final = 128
-"""A pixel darker than this (0-255) is ink."""
 DOT_MAX_SIZE: Final = 0.3
 """A leader dot is at most this many column thicknesses across, ..."""
 DOT_MIN_SIZE: Final = 0.08
@@ -67,9 +68,6 @@ DASH_OVERHANG: Final = 0.2
 column's last character (a box is sometimes tight)."""
 DASH_MAX_BREAK: Final = 0.15
 """A thin line broken where it prints light is one dash across gaps this many thicknesses long."""
-DASH_CELL_SLACK: Final = 0.25
-"""A dash (or a stretched wave dash) is one mark per thickness it spans, rounded up once past
-this share of a cell (a dash set in two cells is shorter than two boxes' thicknesses)."""
 DASH_RUNS_INTO: Final = 0.3
 """Ink that starts within this many thicknesses of the dash's end is what the dash runs into
 (a balloon's outline, a head drawn below), not ink beside it."""
@@ -90,8 +88,6 @@ def dots_and_dashes(
     first or last cells read (`wave_at_ends`). `source`: the image the boxes lie in
     (BGR); only the pixels round each column are made grey."""
     import cv2
-
-    from manga_page_analysis.analysis.reader.recognition.wave_dashes import wave_at_ends
 
     boxes, texts = list(boxes), list(texts)
     for index, (box, text) in enumerate(zip(boxes, texts, strict=True)):
@@ -120,8 +116,6 @@ def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str
     image has (`marks.ellipsis`), when the image and the text hold as many runs (of two or
     more dots in the image). A run the text lacks is not added: dots counted where the text
     has none may be specks of a background."""
-    from manga_page_analysis.analysis.reader.recognition.marks import ellipsis
-
     found = dot_runs(grey, box)
     read = list(DOT_RUN.finditer(text))
     if not found or len(read) != len(found):
@@ -341,10 +335,3 @@ def _pieces(
         return np.zeros((0, 5), dtype=np.int64), 1.0, 0.0
     _, _, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
     return stats[1:].astype(np.float64), float(x1 - x0), (x1 - x0) / 2
-
-
-def cells_spanned(length: float, thickness: float) -> int:
-    """How many cells a mark `length` long spans down a column `thickness` thick: a mark set
-    in n cells fills most of each, and the box's thickness has a little paper
-    (`DASH_CELL_SLACK`)."""
-    return max(1, int(np.ceil(length / thickness - DASH_CELL_SLACK)))

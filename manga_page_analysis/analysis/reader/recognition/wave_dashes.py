@@ -12,7 +12,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.recognition.column_marks import INK_LEVEL, cells_spanned
+from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL, cells_spanned
 
 WAVE_MIN_LENGTH: Final = 1.5
 """A wave dash stretched down a column (the recogniser reads it as nothing) is at least this
