@@ -22,7 +22,7 @@ from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings
 from manga_page_analysis.queue import request_analysis
-from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.reports.events import JobEvent
 from manga_page_analysis.worker.runner import Runner
 from tests.helpers import make_page
 

@@ -7,7 +7,7 @@ from typing import Final
 from sqlalchemy import Engine
 
 from manga_page_analysis.db import channel_name, schema_of
-from manga_page_analysis.worker.events import EventBus
+from manga_page_analysis.worker.reports.events import EventBus
 
 ANALYSIS_CHANNEL: Final = "analysis_events"
 """The `NOTIFY` channel a web process can `LISTEN` on."""

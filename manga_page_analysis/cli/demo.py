@@ -28,7 +28,7 @@ from manga_page_analysis.models import Chapter, Job, Manga, Page, PageAnalysis
 from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.queue import KIND_ANALYZE_PAGE, request_analysis
 from manga_page_analysis.storage import Storage, open_storage
-from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.reports.events import JobEvent
 from manga_page_analysis.worker.runner import SHUTDOWN_JOIN_SECONDS
 
 

@@ -1,5 +1,5 @@
 """Logging for the command line: the human format, or (`LOG_FORMAT=json`) one JSON
-object per line, with the job fields of `manga_page_analysis.worker.logcontext` and a call's `extra=`
+object per line, with the job fields of `manga_page_analysis.worker.reports.logcontext` and a call's `extra=`
 as keys and `exception` holding the traceback text (docs/metrics.md shows a line)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from manga_page_analysis.observability.terminal import visible
-from manga_page_analysis.worker.logcontext import JobFieldsFilter
+from manga_page_analysis.worker.reports.logcontext import JobFieldsFilter
 
 LogFormat = Literal["text", "json"]
 

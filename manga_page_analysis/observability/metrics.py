@@ -23,7 +23,7 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.queue.stats import queue_stats
 from manga_page_analysis.worker.dbsession import short_error
-from manga_page_analysis.worker.observer import OUTCOMES
+from manga_page_analysis.worker.reports.observer import OUTCOMES
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from psycopg import sql
 
 from manga_page_analysis.analysis.page_events import ANALYSIS_CHANNEL
 from manga_page_analysis.errors import ServiceError
-from manga_page_analysis.worker.outage import DatabaseOutage
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 

@@ -50,8 +50,8 @@ from manga_page_analysis.queue import (
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession
 from manga_page_analysis.worker.handler import AnyHandler, JobContext
 from manga_page_analysis.worker.inflight import InFlight
-from manga_page_analysis.worker.outage import DatabaseOutage
 from manga_page_analysis.worker.outcomes import Outcomes, describe_error
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)

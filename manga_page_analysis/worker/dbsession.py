@@ -30,7 +30,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from manga_page_analysis.worker.outage import DatabaseOutage
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 
 logger = logging.getLogger(__name__)
 

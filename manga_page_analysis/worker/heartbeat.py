@@ -20,8 +20,8 @@ from manga_page_analysis.queue import renew_many
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
-from manga_page_analysis.worker.outage import DatabaseOutage
 from manga_page_analysis.worker.outcomes import Outcomes
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)

@@ -37,10 +37,10 @@ from manga_page_analysis.worker.dbsession import (
 )
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs, new_job
-from manga_page_analysis.worker.logcontext import job_log_context
-from manga_page_analysis.worker.outage import DatabaseOutage
 from manga_page_analysis.worker.outcomes import describe_error
 from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.reports.logcontext import job_log_context
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)

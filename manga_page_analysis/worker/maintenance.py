@@ -30,7 +30,7 @@ from manga_page_analysis.queue.leader import MAINTENANCE, elect, resign
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession, short_error
 from manga_page_analysis.worker.handler import AnyHandler
-from manga_page_analysis.worker.outage import DatabaseOutage
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from manga_page_analysis.worker.service import ThreadService
 
 logger = logging.getLogger(__name__)

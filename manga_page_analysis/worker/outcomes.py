@@ -12,10 +12,10 @@ from typing import Any
 
 from manga_page_analysis.errors import ServiceError, without_reprs
 from manga_page_analysis.queue import Lease
-from manga_page_analysis.worker.events import EventBus, JobEvent
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
-from manga_page_analysis.worker.logcontext import job_log_context
-from manga_page_analysis.worker.observer import RunnerObserver
+from manga_page_analysis.worker.reports.events import EventBus, JobEvent
+from manga_page_analysis.worker.reports.logcontext import job_log_context
+from manga_page_analysis.worker.reports.observer import RunnerObserver
 
 logger = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ from manga_page_analysis.errors import DispatchTimeout, ServiceError
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
-from manga_page_analysis.worker.logcontext import job_log_context
 from manga_page_analysis.worker.outcomes import describe_error
 from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.reports.logcontext import job_log_context
 
 logger = logging.getLogger(__name__)
 

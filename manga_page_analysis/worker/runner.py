@@ -15,17 +15,17 @@ from manga_page_analysis.config import MAX_RETENTION_DAYS
 from manga_page_analysis.queue.kinds import require_kinds
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import runner_outage
-from manga_page_analysis.worker.events import EventBus
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.identity import new_runner_id
 from manga_page_analysis.worker.inflight import InFlightJobs, JobState
 from manga_page_analysis.worker.lease_loop import LeaseLoop, WakeupListener
 from manga_page_analysis.worker.maintenance import Maintainer
-from manga_page_analysis.worker.observer import RunnerObserver
 from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.pool import WorkerPool
 from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.reports.events import EventBus
+from manga_page_analysis.worker.reports.observer import RunnerObserver
 from manga_page_analysis.worker.service import Service
 
 logger = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from sqlalchemy import Engine, text
 
 from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.queue import AnalyzePage, enqueue
-from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.reports.events import JobEvent
 from tests.helpers import insert_raw_job, job_row, make_page, wait_until
 
 pytestmark = pytest.mark.slow

@@ -27,9 +27,9 @@ from manga_page_analysis.queue import (
 from manga_page_analysis.worker import JobContext, NoopHandler, Runner
 from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import runner_outage
-from manga_page_analysis.worker.events import EventBus, JobEvent
 from manga_page_analysis.worker.inflight import InFlightJobs
 from manga_page_analysis.worker.outcomes import Outcomes
+from manga_page_analysis.worker.reports.events import EventBus, JobEvent
 from tests.helpers import expire_lease, job_row
 from tests.worker_support import png_bytes
 

@@ -26,7 +26,7 @@ from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession,
 from tests.helpers import job_row, wait_until
 from tests.integration.test_runner_batched import fill
 
-OUTAGE_LOGGER = "manga_page_analysis.worker.outage"
+OUTAGE_LOGGER = "manga_page_analysis.worker.reports.outage"
 
 
 @dataclass

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, event
 
-from manga_page_analysis.worker.events import EventBus, JobEvent
+from manga_page_analysis.worker.reports.events import EventBus, JobEvent
 
 
 def _event(n: int) -> JobEvent:
@@ -72,7 +72,7 @@ def test_a_background_publish_does_not_wait_for_the_database_and_a_failure_is_dr
     bus = EventBus(unreachable, "bus_test", background=True)
     received: list[JobEvent] = []
     bus.subscribe(received.append)
-    with caplog.at_level(logging.WARNING, logger="manga_page_analysis.worker.events"):
+    with caplog.at_level(logging.WARNING, logger="manga_page_analysis.worker.reports.events"):
         publisher = threading.Thread(
             target=lambda: [bus.publish(_event(n)) for n in range(3)], daemon=True
         )

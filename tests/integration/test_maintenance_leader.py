@@ -20,7 +20,7 @@ from manga_page_analysis.observability.metrics import WorkerMetrics
 from manga_page_analysis.queue import KIND_SYNC_MANGA, Reclaim, SyncManga, enqueue, lease
 from manga_page_analysis.worker import NoopHandler, Runner
 from manga_page_analysis.worker.maintenance import Maintainer
-from manga_page_analysis.worker.outage import DatabaseOutage
+from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from testbed.vision_server import ScriptedVisionServer
 from tests.helpers import expire_lease, job_row, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker

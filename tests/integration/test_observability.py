@@ -25,7 +25,7 @@ from manga_page_analysis.analysis.model_server.retry import RetryPolicy
 from manga_page_analysis.observability.logs import JsonFormatter
 from manga_page_analysis.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
 from manga_page_analysis.queue import request_analysis
-from manga_page_analysis.worker.logcontext import JobFieldsFilter, job_log_context
+from manga_page_analysis.worker.reports.logcontext import JobFieldsFilter, job_log_context
 from testbed.vision_server import Reply, analysis_content, error_reply, ok_answer
 from tests.helpers import make_page, wait_until
 from tests.integration.test_cli import _env, listening, run_cli, start_worker, wait_for

@@ -29,7 +29,7 @@ from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.queue import AnalyzePage, enqueue_many, request_analysis
 from manga_page_analysis.web.flask import admin_blueprint
-from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.reports.events import JobEvent
 from testbed.pgbouncer import PgBouncer
 from tests.helpers import make_page, wait_until
 from tests.worker_support import png_bytes

@@ -26,7 +26,7 @@ from manga_page_analysis.queue import (
     release_unowned,
 )
 from manga_page_analysis.worker import JobContext, NoopHandler, Runner
-from manga_page_analysis.worker.events import EventBus, JobEvent
+from manga_page_analysis.worker.reports.events import EventBus, JobEvent
 from tests.helpers import count, job_row, wait_until
 
 LONG = timedelta(minutes=5)

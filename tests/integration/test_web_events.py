@@ -35,7 +35,7 @@ PUBLISHER = """
 import sys, uuid
 from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.db import make_engine
-from manga_page_analysis.worker.events import JobEvent
+from manga_page_analysis.worker.reports.events import JobEvent
 
 engine = make_engine(sys.argv[1])
 try:
@@ -204,14 +204,14 @@ def _records(caplog, level: int, text: str) -> int:
     return sum(
         record.levelno == level and text in record.getMessage()
         for record in caplog.records
-        if record.name == "manga_page_analysis.worker.outage"
+        if record.name == "manga_page_analysis.worker.reports.outage"
     )
 
 
 def test_stream_says_the_database_went_away_logs_it_once_and_reconnects(
     engine, database_url, caplog
 ):
-    caplog.set_level(logging.DEBUG, logger="manga_page_analysis.worker.outage")
+    caplog.set_level(logging.DEBUG, logger="manga_page_analysis.worker.reports.outage")
     with _serve(engine) as (host, port, _):
         client = SSEClient(host, port)
         try:
@@ -260,7 +260,7 @@ def _closed_port() -> int:
 def test_events_with_the_database_down_answer_503_and_log_once(caplog):
     from manga_page_analysis.db import make_engine
 
-    caplog.set_level(logging.DEBUG, logger="manga_page_analysis.worker.outage")
+    caplog.set_level(logging.DEBUG, logger="manga_page_analysis.worker.reports.outage")
     dead_engine = make_engine(f"postgresql+psycopg://nobody@127.0.0.1:{_closed_port()}/nowhere")
     try:
         app = Flask(__name__)

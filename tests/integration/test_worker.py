@@ -565,7 +565,7 @@ def test_log_lines_about_a_job_carry_its_fields_even_from_the_dispatch_thread(
 ):
     import logging
 
-    from manga_page_analysis.worker.logcontext import JobFieldsFilter
+    from manga_page_analysis.worker.reports.logcontext import JobFieldsFilter
 
     records: list[logging.LogRecord] = []
 

@@ -4,7 +4,7 @@ import uuid
 
 import pytest
 
-from manga_page_analysis.worker.events import EVENT_TYPES, EventBus, JobEvent
+from manga_page_analysis.worker.reports.events import EVENT_TYPES, EventBus, JobEvent
 
 # Written out, not read from EVENT_TYPES: the list is the contract (live events,
 # the admin stream, hosts' subscribers), so dropping one must fail here.

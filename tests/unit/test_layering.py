@@ -53,6 +53,7 @@ LAYERS: dict[str, list[set[str]]] = {
     ],
 }
 
+MAX_MODULES_PER_FOLDER = 15
 
 
 def _modules() -> dict[str, Path]:
@@ -185,3 +186,12 @@ def test_every_kind_of_import_is_read() -> None:
         f"{PACKAGE}.queue.backoff": 8,
     }
 
+
+def test_no_folder_holds_more_than_fifteen_modules() -> None:
+    crowded = {
+        str(folder.relative_to(ROOT.parent)): count
+        for folder in [ROOT, *(path.parent for path in ROOT.rglob("*/__init__.py"))]
+        if (count := sum(1 for path in folder.glob("*.py") if path.name != "__init__.py"))
+        > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}
