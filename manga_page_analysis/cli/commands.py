@@ -47,18 +47,20 @@ LONG_RUNNING = ("run-worker", "demo")
 """Commands that stop gracefully on a signal (`GracefulStop`); the others are interrupted."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, settings: Settings | None = None) -> int:
     """Run one command; returns its exit code (0 ok, 1 failed, 2 bad usage or
-    configuration, 130 interrupted)."""
+    configuration, 130 interrupted). `settings`: by default read from the environment
+    (and `.env`); a host that has its own (Django's `run_worker`) passes them."""
     args = build_parser().parse_args(argv)
     check_usage(args)
     if args.command not in LONG_RUNNING:
         interrupt_on_stop_signals()
     try:
         try:
-            settings = Settings()
+            if settings is None:
+                settings = Settings()
         except ValidationError as exc:
-            print(f"error: {_settings_problem(exc)}", file=sys.stderr)
+            print(f"error: {settings_problem(exc)}", file=sys.stderr)
             return EXIT_USAGE
         default_level = "WARNING" if args.command in OPERATOR_COMMANDS else "INFO"
         configure_logging((args.log_level or default_level).upper(), settings.log_format)
@@ -95,7 +97,7 @@ def run() -> NoReturn:
     exit_process(code)
 
 
-def _settings_problem(exc: ValidationError) -> str:
+def settings_problem(exc: ValidationError) -> str:
     """One line naming each bad variable and what it accepts."""
     problems = []
     for error in exc.errors():

@@ -101,32 +101,32 @@ def page_response(method: str, html: str) -> ApiResponse:
 
 class AdminApi:
     """The admin API of one mount: the engine of its queries (a callable, so a
-    host may hand `lambda: db.engine`), its event streams, and where page
-    images are read (`storage`; by default the store `Settings` configure,
-    built on the first image asked for) with their size cap (`max_image_bytes`;
-    by default `MAX_IMAGE_BYTES`)."""
+    host may hand `lambda: db.engine`), its event streams, the `settings` its
+    adapter read when it was built, and where page images are read (`storage`; by
+    default the store `settings` configure, opened on the first image asked for)
+    with their size cap (`max_image_bytes`; by default `settings.max_image_bytes`)."""
 
     def __init__(
         self,
         engine: Callable[[], Engine],
         streams: EventStreams,
+        settings: Settings,
         *,
         storage: Storage | None = None,
         max_image_bytes: int | None = None,
     ) -> None:
         self.engine = engine
         self.streams = streams
+        self._settings = settings
         self._storage = storage
-        self._max_image_bytes = max_image_bytes
+        self._max_image_bytes = (
+            settings.max_image_bytes if max_image_bytes is None else max_image_bytes
+        )
 
     def image_store(self) -> tuple[Storage, int]:
         """The storage of page images and the cap on one image's bytes."""
-        if self._storage is None or self._max_image_bytes is None:
-            settings = Settings()
-            if self._storage is None:
-                self._storage = open_storage(settings)
-            if self._max_image_bytes is None:
-                self._max_image_bytes = settings.max_image_bytes
+        if self._storage is None:
+            self._storage = open_storage(self._settings)
         return self._storage, self._max_image_bytes
 
     def handle(self, route: Route, request: ApiRequest) -> ApiResponse:

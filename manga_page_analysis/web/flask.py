@@ -12,6 +12,7 @@ from flask import Blueprint, Response, request
 from sqlalchemy import Engine
 
 from manga_page_analysis.analysis.page_events import analysis_channel
+from manga_page_analysis.config import Settings
 from manga_page_analysis.db import connect_kwargs
 from manga_page_analysis.storage import Storage
 from manga_page_analysis.web.api import (
@@ -43,12 +44,15 @@ def admin_blueprint(
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
     storage: Storage | None = None,
     max_image_bytes: int | None = None,
+    settings: Settings | None = None,
 ) -> Blueprint:
     """The admin blueprint; every keyword is in docs/embedding.md.
 
     `engine` is an `Engine` or a callable returning one (`lambda: db.engine`),
     borrowed per request, never disposed. `ValueError` without a `token` or an
-    `authorize` (see `AdminAuth`).
+    `authorize` (see `AdminAuth`). `settings` (by default read from the environment
+    here, once) give the image route's store and cap when `storage` or
+    `max_image_bytes` is not given.
     """
     auth = AdminAuth(token=token, authorize=authorize)
     get_engine: Callable[[], Engine] = engine if callable(engine) else (lambda: engine)
@@ -58,7 +62,13 @@ def admin_blueprint(
         keepalive_seconds=keepalive_seconds,
         channel=lambda: analysis_channel(get_engine()),
     )
-    api = AdminApi(get_engine, streams, storage=storage, max_image_bytes=max_image_bytes)
+    api = AdminApi(
+        get_engine,
+        streams,
+        settings if settings is not None else Settings(),
+        storage=storage,
+        max_image_bytes=max_image_bytes,
+    )
     blueprint = Blueprint(name, __name__)
     blueprint.event_streams = streams  # type: ignore[attr-defined]  # for hosts and tests
 

@@ -103,3 +103,20 @@ def test_an_embedded_database_that_cannot_start_is_one_line(tmp_path: Path) -> N
     assert len(lines) == 1, result.stderr
     assert "the embedded PostgreSQL in" in lines[0] and "did not start" in lines[0]
     assert "set DATABASE_URL" in lines[0]
+
+
+def test_settings_passed_in_are_used_and_the_environment_is_not_read(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Django's `run_worker` hands its settings to `main`: a bad DATABASE_URL in the
+    # environment must not matter, the settings given must (a port nothing listens on).
+    from manga_page_analysis.cli import commands
+    from manga_page_analysis.config import Settings
+
+    # In-process: the test runner's own signal handlers stay as they are.
+    monkeypatch.setattr(commands, "interrupt_on_stop_signals", lambda: None)
+    monkeypatch.setenv("DATABASE_URL", "mysql://root@db/manga")
+    given = Settings(_env_file=None, database_url="postgresql+psycopg://u@127.0.0.1:1/db")  # type: ignore[call-arg]
+    assert commands.main(["jobs", "stats"], settings=given) == 1
+    error = capsys.readouterr().err
+    assert "cannot reach the database" in error and "bad setting" not in error

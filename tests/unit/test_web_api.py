@@ -8,6 +8,8 @@ import json
 
 import pytest
 
+from manga_page_analysis.config import Settings
+from manga_page_analysis.storage import LocalStorage
 from manga_page_analysis.web.api import (
     ROUTES,
     AdminApi,
@@ -35,7 +37,11 @@ def _no_engine():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def api() -> AdminApi:
-    return AdminApi(_no_engine, EventStreams(lambda: {"dbname": "never_connected"}))
+    return AdminApi(
+        _no_engine,
+        EventStreams(lambda: {"dbname": "never_connected"}),
+        Settings(_env_file=None),  # type: ignore[call-arg]
+    )
 
 
 def _error(response: ApiResponse, status: int, code: str) -> dict[str, str]:
@@ -154,3 +160,12 @@ def test_the_page_carries_the_sign_in_hints_escaped() -> None:
     )
     assert '<meta name="page-analysis-token" content="none">' in hinted
     assert hinted.index("page-analysis-token") < hinted.index("</head>")
+
+
+def test_page_images_come_from_the_settings_given_when_built(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # The adapter reads the settings once, when it builds the API; a request reads none.
+    monkeypatch.setenv("STORAGE_ROOT", str(tmp_path / "not_this_one"))
+    given = Settings(_env_file=None, storage_root=tmp_path, max_image_bytes=1234)  # type: ignore[call-arg]
+    api = AdminApi(_no_engine, EventStreams(lambda: {"dbname": "never_connected"}), given)
+    storage, cap = api.image_store()
+    assert isinstance(storage, LocalStorage) and storage.root == tmp_path and cap == 1234

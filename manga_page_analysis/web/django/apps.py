@@ -8,6 +8,7 @@ from django.apps import AppConfig, apps
 from sqlalchemy import Engine
 
 from manga_page_analysis.analysis.page_events import analysis_channel
+from manga_page_analysis.config import Settings
 from manga_page_analysis.db import connect_kwargs, make_engine
 from manga_page_analysis.web.api import AdminApi
 from manga_page_analysis.web.django.borrowed import BorrowedEngines
@@ -85,7 +86,8 @@ class PageAnalysisConfig(AppConfig):
             keepalive_seconds=self.settings.event_keepalive_seconds,
             channel=lambda: analysis_channel(self.admin_engine()),
         )
-        self.api = AdminApi(self.admin_engine, self.event_streams)
+        # The image route's store and cap: the environment, read here, as the worker reads it.
+        self.api = AdminApi(self.admin_engine, self.event_streams, Settings())
 
 
 def page_analysis_app() -> PageAnalysisConfig:

@@ -5,14 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand
 from django.db import connections
+from pydantic import ValidationError
 
 from manga_page_analysis.cli import commands as cli
-from manga_page_analysis.cli.shutdown import exit_process
+from manga_page_analysis.cli.shutdown import EXIT_USAGE, exit_process
 from manga_page_analysis.cli.worker_command import EXIT_MIGRATIONS_PENDING
+from manga_page_analysis.config import Settings
 from manga_page_analysis.web.django.apps import page_analysis_app
 from manga_page_analysis.web.django.conf import sqlalchemy_url
 
@@ -47,16 +50,22 @@ class Command(BaseCommand):
         # SQLAlchemy engine. Close anything Django opened while starting, so
         # no Django connection sits idle for the worker's lifetime.
         connections.close_all()
-        # The CLI reads its settings from the environment; this process is ours.
-        os.environ["DATABASE_URL"] = url
-        os.environ["DATABASE_SCHEMA"] = app.settings.database_schema
-        listen_url = app.settings.listen_database_url
-        if listen_url:
-            os.environ["LISTEN_DATABASE_URL"] = listen_url
+        # The environment's settings, with Django's database in place of DATABASE_URL.
+        schema, listen_url = app.settings.database_schema, app.settings.listen_database_url
+        try:
+            if listen_url:
+                settings = Settings(
+                    database_url=url, database_schema=schema, listen_database_url=listen_url
+                )
+            else:
+                settings = Settings(database_url=url, database_schema=schema)
+        except ValidationError as exc:
+            print(f"error: {cli.settings_problem(exc)}", file=sys.stderr)
+            exit_process(EXIT_USAGE)
         argv = ["--log-level", options["log_level"], "run-worker"]
         argv.append("--migrate" if options["migrate"] else "--no-migrate")
         # The CLI installs the signal handlers (manga_page_analysis.cli.shutdown).
-        code = cli.main(argv)
+        code = cli.main(argv, settings)
         if code == EXIT_MIGRATIONS_PENDING:
             logging.getLogger("manga_page_analysis.cli").error(
                 "bring the schema to head with `python manage.py migrate`"
