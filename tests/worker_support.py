@@ -17,7 +17,7 @@ from PIL import Image
 from sqlalchemy import Engine, text
 
 from manga_page_analysis.analysis.model_server.client import VisionClient
-from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryPolicy
 from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings

@@ -34,10 +34,9 @@ class GracefulStop:
     when there is one (a runner then releases its jobs at once and the command
     ends as usual), else exits the process at once with 130; so does a third.
 
-    The handler runs on the main thread, between two bytecodes: a signal that
-    arrives while that thread is on its way into a wait trips it without waking the
-    wait. So a command's main thread waits in short slices (`Runner.wait_stopping`
-    in a loop, `Runner.join`), never for the whole grace period in one go."""
+    The handler runs on the main thread, so a command's main thread waits in short
+    slices (`Runner.wait_stopping` in a loop, `Runner.join`; why:
+    `worker.runner.JOIN_SLICE_SECONDS`), never for the whole grace period in one go."""
 
     def __init__(self, what_happens: str) -> None:
         self.what_happens = what_happens

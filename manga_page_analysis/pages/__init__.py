@@ -6,6 +6,10 @@ Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
 runs on it and never commits or rolls back. docs/api.md, "Adding pages".
 Django: the same functions in `manga_page_analysis.web.django`, on Django's
 own connection.
+
+Pages are the subject of two more places, each a layer of its own: their rows' SQL in
+`repos/` (`catalog.py` writes them, `pages.py` reads what the worker and a request for
+analysis need), and the admin's read-only browsing in `admin/browse.py`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 enforces deadlines; nothing else (a job's end is the acker's to write).
 
 Every `interval` (a third of the lease) it renews ALL in-flight leases in one
-statement, fenced per row: a lease found lost abandons exactly its own job.
+statement, fenced per row (`queue.states`): a lease found lost abandons exactly its own job.
 A job past its deadline is abandoned and failed with the handler's timeout message,
 also while the database is away: a renewal is retried (`DbRetry`) only until
 the next deadline, a beat, or a new job with a sooner deadline.

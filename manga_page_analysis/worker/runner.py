@@ -35,9 +35,9 @@ SHUTDOWN_JOIN_SECONDS = 10.0
 GRACE_POLL_SECONDS = 0.05
 """During a soft stop, how often the runner checks whether its jobs have ended."""
 JOIN_SLICE_SECONDS = 0.5
-"""The longest single wait in `join()`: the thread that joins comes back this often,
-so that a signal's Python handler (which runs only on the main thread) is not held
-up by the wait; see `Runner.join`."""
+"""The longest single wait in `join()`. A signal that reaches the main thread on its way
+into a wait trips its Python handler without waking the wait; waiting in slices lets
+the handler (a second signal's `stop_now()`) run within this long."""
 
 
 class Runner:
@@ -281,13 +281,8 @@ class Runner:
 
     def join(self, timeout: float = 10.0) -> bool:
         """Wait up to `timeout` seconds for the shutdown and every service; `True` if
-        all ended. Pool threads stuck in an abandoned dispatch are not waited for.
-
-        It waits in slices of `JOIN_SLICE_SECONDS`, not in one go: on the main thread,
-        a signal that arrives while the thread is on its way into a wait (preempted
-        there, under load) trips its Python handler without waking the wait, and the
-        handler would run only when the wait ends: with a long grace period, a
-        second signal (`stop_now()`) would do nothing for that long."""
+        all ended. Pool threads stuck in an abandoned dispatch are not waited for. It
+        waits in slices of `JOIN_SLICE_SECONDS` (why: there)."""
         deadline = time.monotonic() + timeout
         shutdown = self._shutdown
         if shutdown is not None:

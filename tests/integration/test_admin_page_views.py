@@ -24,7 +24,7 @@ import pytest
 from sqlalchemy import Engine, insert, text
 
 from manga_page_analysis.analysis.model_server.client import VisionClient
-from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryPolicy
 from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 from manga_page_analysis.analysis.wiring import analysis_runner

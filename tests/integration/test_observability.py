@@ -21,7 +21,7 @@ from sqlalchemy import text
 
 from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
 from manga_page_analysis.analysis.model_server.client import VisionClient
-from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryPolicy
 from manga_page_analysis.observability.logs import JsonFormatter
 from manga_page_analysis.observability.metrics import QueueSampler, WorkerMetrics, serve_metrics
 from manga_page_analysis.queue import request_analysis

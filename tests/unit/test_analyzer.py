@@ -10,7 +10,7 @@ import pytest
 
 from manga_page_analysis.analysis.analyzer.answer import Analysis
 from manga_page_analysis.analysis.analyzer.protocol import VisionResult
-from manga_page_analysis.analysis.model_server.retry import RetryingCall, RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryingCall, RetryPolicy
 from manga_page_analysis.errors import VisionUnavailable
 from manga_page_analysis.repos.page_analysis import AnalysisRecord
 

@@ -12,7 +12,7 @@ import requests
 
 from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage
 from manga_page_analysis.analysis.model_server.client import VisionClient
-from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryPolicy
 from manga_page_analysis.analysis.model_server.wire import is_dropped_connection, transport_reason
 from manga_page_analysis.errors import VisionUnavailable, truncated, without_reprs
 from manga_page_analysis.worker.outcomes import describe_error

@@ -195,3 +195,23 @@ def test_no_folder_holds_more_than_fifteen_modules() -> None:
         > MAX_MODULES_PER_FOLDER
     }
     assert crowded == {}
+
+
+SAME_IDEA_NAMES = {
+    "__init__.py",
+    # The package's tables (SQLAlchemy) and the Django app's models module, which holds
+    # none: Django sends `post_migrate` only to apps that have one (web/django/models.py).
+    "models.py",
+}
+
+
+def test_no_two_modules_share_a_file_name_unless_they_are_one_idea() -> None:
+    rooms_of: dict[str, list[str]] = {}
+    for path in MODULES.values():
+        rooms_of.setdefault(path.name, []).append(str(path.parent.relative_to(ROOT.parent)))
+    shared = {
+        name: rooms
+        for name, rooms in rooms_of.items()
+        if len(rooms) > 1 and name not in SAME_IDEA_NAMES
+    }
+    assert shared == {}

@@ -23,7 +23,7 @@ from manga_page_analysis.analysis.analyzer.answer import (
 )
 from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage
 from manga_page_analysis.analysis.model_server.client import VisionClient
-from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryPolicy
 from manga_page_analysis.errors import (
     DispatchTimeout,
     VisionCancelled,

@@ -19,7 +19,7 @@ import pytest
 
 from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage
 from manga_page_analysis.analysis.model_server.client import VisionClient
-from manga_page_analysis.analysis.model_server.retry import RetryPolicy
+from manga_page_analysis.analysis.model_server.retry_policy import RetryPolicy
 from manga_page_analysis.errors import VisionUnavailable
 from testbed.vision_server import analysis_content, ok_answer
 from tests.helpers import wait_until

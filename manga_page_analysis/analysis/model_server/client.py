@@ -24,7 +24,7 @@ from manga_page_analysis.analysis.analyzer.answer import (
 )
 from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage, data_url
 from manga_page_analysis.analysis.analyzer.protocol import READY, Readiness, VisionResult
-from manga_page_analysis.analysis.model_server.retry import (
+from manga_page_analysis.analysis.model_server.retry_policy import (
     DEFAULT_RETRY,
     ConnectionDropped,
     RetryingCall,
