@@ -1,7 +1,9 @@
 """Command line: `python -m manga_page_analysis run-worker | migrate | demo | import-pages FOLDER |
 request-analysis PAGE_ID | jobs ... | analyze ... | storage copy`; `python -m manga_page_analysis COMMAND --help`
 for each (the arguments are in `manga_page_analysis.cli.parser`, signals in `manga_page_analysis.cli.shutdown`).
-This module reads the settings and dispatches; each command family has a module of its own.
+This module reads the settings and dispatches; each command family has a module of its own,
+which imports what only it needs when it runs (an operator's `jobs` loads no alembic, numpy,
+OCR stack or prometheus_client).
 """
 
 from __future__ import annotations
