@@ -35,6 +35,9 @@ class PageAnalysisConfig(AppConfig):
     verbose_name = "Page analysis"
 
     settings: PageAnalysisSettings
+    environment_settings: Settings
+    """What the worker reads from the environment (`STORAGE_ROOT`, `MAX_IMAGE_BYTES`,
+    ...), read once when the app is ready: where the admin and `add_page` find images."""
     borrowed: BorrowedEngines
     event_streams: EventStreams
     api: AdminApi
@@ -86,8 +89,8 @@ class PageAnalysisConfig(AppConfig):
             keepalive_seconds=self.settings.event_keepalive_seconds,
             channel=lambda: analysis_channel(self.admin_engine()),
         )
-        # The image route's store and cap: the environment, read here, as the worker reads it.
-        self.api = AdminApi(self.admin_engine, self.event_streams, Settings())
+        self.environment_settings = Settings()
+        self.api = AdminApi(self.admin_engine, self.event_streams, self.environment_settings)
 
 
 def page_analysis_app() -> PageAnalysisConfig:

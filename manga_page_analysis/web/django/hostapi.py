@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from sqlalchemy import Connection
 
-from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES, Settings
+from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.pages import ensure_chapter as ensure_chapter_on
 from manga_page_analysis.pages import ensure_manga as ensure_manga_on
@@ -131,7 +131,9 @@ def add_page(
         content_type=content_type,
         max_bytes=max_bytes,
     )
-    store = storage if storage is not None else open_storage(Settings())
+    store = (
+        storage if storage is not None else open_storage(page_analysis_app().environment_settings)
+    )
 
     def on_rollback(key: str, page_id: uuid.UUID) -> None:
         delete_unless_committed(store, key, page_id, using=using)
