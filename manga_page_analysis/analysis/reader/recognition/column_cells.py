@@ -1,5 +1,6 @@
-"""A column's cells: what is ink, and how many cells a mark set down a column spans. Shared
-by `column_marks` (long dashes) and `wave_dashes` (stretched wave dashes)."""
+"""A column's cells: what is ink (for every recognition module that looks at a column's
+pixels), and how many cells a mark set down a column spans (`column_marks`' long dashes,
+`wave_dashes`' stretched wave dashes)."""
 
 from __future__ import annotations
 

@@ -21,11 +21,10 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from manga_page_analysis.analysis.reader.order.blocks import SAME_SIZE, TextLine, reading_order
+from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL
 from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
 from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
 
-INK_LEVEL: Final = 128
-"""A pixel darker than this (0-255) is ink."""
 HOLE_PITCHES: Final = 1.7
 """Two neighbouring columns at least this many pitches apart (the block's median distance
 between neighbouring columns' middles) have a column missing between them."""

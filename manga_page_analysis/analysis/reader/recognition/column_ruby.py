@@ -14,13 +14,13 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL
+
 REREAD_BELOW: Final = 0.8
 """A column read with less confidence than this is looked at for ruby inside its box."""
 RUBY_MAX_RATIO: Final = 0.7
 """A run of ink beside the column at most this share of its width is ruby (ruby is set at
 half size; the layout's furigana rule uses the same share)."""
-INK_LEVEL: Final = 128
-"""A pixel darker than this (0-255) is ink."""
 PAPER_PAD_PX: Final = 2
 """Paper kept on each side of the column's run of ink when it is read alone."""
 

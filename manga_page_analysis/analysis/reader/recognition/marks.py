@@ -22,10 +22,9 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine, is_column
+from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL
 from manga_page_analysis.analysis.reader.regions.panels import LIGHT, paper_level, runs
 
-INK_LEVEL: Final = 128
-"""A pixel darker than this (0-255) is ink."""
 TAIL_CELL_LENGTH: Final = 0.8
 """A column's last cell spans at most this many of its thicknesses (a character's cell is about
 as long as the column is thick; the box adds a little paper on each side)."""
