@@ -5,7 +5,8 @@ The lease loop, the heartbeat, the acker and the maintenance each hold one
 connection for their whole life (`DbSession`) instead of checking one out
 (with a pre-ping) per job; the wake-up listener keeps its own. All of them
 retry through a `DbRetry` of their own, sharing one `DatabaseOutage` so that
-an outage is logged once.
+an outage is logged once. What counts as a blip (a lost connection, and a
+server that refuses writes during a failover) is `dberrors.is_transient_db_error`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -30,7 +31,11 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from manga_page_analysis.dberrors import is_transient_db_error
+from manga_page_analysis.errors import DatabaseUnavailable
 from manga_page_analysis.worker.outage import DatabaseOutage
+
+__all__ = ["DatabaseUnavailable", "DbRetry", "DbSession", "is_transient_db_error", "runner_outage"]
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +55,6 @@ def runner_outage() -> DatabaseOutage:
     its failures to it but not its recoveries: its direct connection
     (`listen_url`) may work while the engine's way does not."""
     return DatabaseOutage(DB_RETRY_MAX_SECONDS)
-
-
-def is_transient_db_error(exc: BaseException) -> bool:
-    """A lost connection, a restarting server or a deadlock: worth one more try."""
-    if isinstance(exc, OperationalError):
-        return True
-    return isinstance(exc, DBAPIError) and (
-        exc.connection_invalidated or getattr(exc.orig, "sqlstate", None) in {"40P01", "40001"}
-    )
 
 
 def short_error(exc: BaseException | None) -> str:
@@ -83,11 +79,6 @@ def _in_one_transaction(conn: Connection, work: Callable[[Connection], T]) -> T:
     finally:
         if not driver.closed:  # type: ignore[union-attr]
             driver.autocommit = True  # type: ignore[union-attr]
-
-
-class DatabaseUnavailable(Exception):
-    """The database could not be reached, and `DbRetry` stopped trying: the thread
-    is stopping, or a call's bound (`within`) was reached."""
 
 
 class DbRetry:
@@ -215,7 +206,7 @@ class DbSession:
             # works (it did last time), one try.
             try:
                 result = self._attempt(work, atomic)
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, DatabaseUnavailable) as exc:
                 if not is_transient_db_error(exc):
                     raise
                 logger.debug("connection dropped (%s); trying a new one at once", short_error(exc))
@@ -231,7 +222,9 @@ class DbSession:
                 return _in_one_transaction(conn, work)
             with conn.begin():
                 return work(conn)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, DatabaseUnavailable) as exc:
+            # A connection on a server that refuses writes is dropped too: the
+            # next one may reach the new primary (`target_session_attrs`).
             if is_transient_db_error(exc):
                 self.close()
             raise
