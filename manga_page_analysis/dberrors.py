@@ -15,15 +15,18 @@ for them (`outage_raises_unavailable`).
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-from typing import Any, Final
+import functools
+from collections.abc import Callable
+from typing import Any, Final, ParamSpec, TypeVar
 
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from manga_page_analysis.errors import DatabaseUnavailable
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 REFUSED_SQLSTATES: Final = frozenset({"25006", "57P01", "57P02", "57P03"})
 """Read-only transaction, admin shutdown, crash shutdown, cannot connect now."""
@@ -53,19 +56,23 @@ def is_transient_db_error(exc: BaseException) -> bool:
     return is_outage(exc) or (isinstance(exc, DBAPIError) and sqlstate(exc) in CONFLICT_SQLSTATES)
 
 
-@contextlib.contextmanager
-def outage_raises_unavailable() -> Iterator[None]:
-    """An outage inside raises `DatabaseUnavailable` (from the driver's error);
-    any other error passes unchanged. Also a decorator."""
-    try:
-        yield
-    except DBAPIError as exc:
-        if not is_outage(exc):
-            raise
-        raise DatabaseUnavailable(
-            f"the database cannot take writes now ({_first_line(exc)}); "
-            "roll back and try again later"
-        ) from exc
+def outage_raises_unavailable(function: Callable[P, T]) -> Callable[P, T]:
+    """Decorates a function hosts call: an outage inside raises `DatabaseUnavailable`
+    (from the driver's error); any other error passes unchanged."""
+
+    @functools.wraps(function)
+    def translated(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return function(*args, **kwargs)
+        except DBAPIError as exc:
+            if not is_outage(exc):
+                raise
+            raise DatabaseUnavailable(
+                f"the database cannot take writes now ({_first_line(exc)}); "
+                "roll back and try again later"
+            ) from exc
+
+    return translated
 
 
 def _first_line(exc: DBAPIError) -> str:
