@@ -6,8 +6,9 @@
 On a throwaway server (bench/pg.py, durable commits) migrated to 0009, it
 fills `crawler_jobs` with DONE_ROWS done jobs and enough pending ones to
 drain throughout, starts WRITERS threads that drain it the way a worker's
-lease loop and acker write (`lease_kinds` of 10 jobs, then `ack_done_many`,
-each its own transaction, each timed), and then:
+lease loop and acker write (a `SKIP LOCKED` lease of 10 jobs, then their fenced ack,
+each its own transaction, each timed; written out here in the shape of the
+queue's own statements, which at 0009 would name a column 0011 adds), and then:
 
 1. runs `migrate` to head: 0010 builds two indexes on `crawler_jobs`
    `CONCURRENTLY` (manga_page_analysis.online_ddl), 0011 adds a column;
@@ -20,13 +21,11 @@ percentile wait of a write that overlapped it. Progress goes to stderr.
 
 from __future__ import annotations
 
-import functools
 import statistics
 import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, text
@@ -36,7 +35,6 @@ from bench.pg import throwaway_server
 from bench.report import progress
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import alembic_config
-from manga_page_analysis.queue import KIND_SYNC_MANGA, ack_done_many, lease_kinds
 
 T = TypeVar("T")
 
@@ -53,6 +51,24 @@ SELECT jsonb_build_object('kind', 'sync_manga', 'source_id', 's',
        now() - g * interval '1 second'
 FROM generate_series(1, :rows) AS g
 """
+
+
+_LEASE = text("""
+WITH due AS MATERIALIZED (
+    SELECT id FROM crawler_jobs WHERE state = 'pending' AND scheduled_at <= now()
+    ORDER BY scheduled_at, created_at LIMIT 10 FOR UPDATE SKIP LOCKED
+)
+UPDATE crawler_jobs AS j
+SET state = 'running', attempts = j.attempts + 1, lease_generation = j.lease_generation + 1,
+    leased_until = now() + interval '10 minutes', updated_at = now()
+FROM due WHERE j.id = due.id
+RETURNING j.id, j.lease_generation AS gen
+""")
+_ACK = text("""
+UPDATE crawler_jobs AS j SET state = 'done', leased_until = NULL, updated_at = now()
+FROM unnest(CAST(:ids AS uuid[]), CAST(:gens AS bigint[])) AS held(id, gen)
+WHERE j.id = held.id AND j.lease_generation = held.gen AND j.state = 'running'
+""")
 
 
 class Drain:
@@ -84,13 +100,11 @@ class Drain:
         return result
 
     def _run(self) -> None:
-        duration = timedelta(seconds=600)
         with self._engine.connect() as conn:
             while not self._stop.is_set():
-                leases = self._write(
-                    conn, lambda c: lease_kinds(c, [KIND_SYNC_MANGA], 10, duration)
-                )
-                self._write(conn, functools.partial(ack_done_many, leases=leases))
+                leased = self._write(conn, lambda c: c.execute(_LEASE).all())
+                held = {"ids": [row.id for row in leased], "gens": [row.gen for row in leased]}
+                self._write(conn, lambda c, held=held: c.execute(_ACK, held))
 
     def waits_between(self, began: float, ended: float) -> list[float]:
         """The durations of the writes that overlapped [began, ended]."""
