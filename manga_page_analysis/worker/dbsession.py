@@ -31,7 +31,7 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
-from manga_page_analysis.dberrors import is_transient_db_error
+from manga_page_analysis.dberrors import is_transient_db_error, sqlstate
 from manga_page_analysis.errors import DatabaseUnavailable
 from manga_page_analysis.worker.outage import DatabaseOutage
 
@@ -41,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+IN_FAILED_TRANSACTION = "25P02"
+"""A statement sent after an error in the same transaction."""
 DB_RETRY_INITIAL_SECONDS = 0.1
 """The wait after the first failed try (a dropped connection is first retried at once)."""
 DB_RETRY_MAX_SECONDS = 5.0
@@ -227,7 +229,34 @@ class DbSession:
             # next one may reach the new primary (`target_session_attrs`).
             if is_transient_db_error(exc):
                 self.close()
+                raise
+            if self._outage_was_swallowed(exc):
+                self.close()
+                raise DatabaseUnavailable(
+                    f"the server refuses writes ({short_error(exc)})"
+                ) from exc
             raise
+
+    def _outage_was_swallowed(self, exc: BaseException) -> bool:
+        """Whether `exc`, no outage itself, follows one that the work swallowed
+        and went on: its connection was invalidated (dropped, or a write refused
+        on an engine from `make_engine`), or its transaction aborted (25P02) on
+        a server that takes no writes (asked in a transaction of its own)."""
+        conn = self._conn
+        if conn is None:
+            return False
+        if conn.invalidated:
+            return True
+        if sqlstate(exc) != IN_FAILED_TRANSACTION:
+            return False
+        try:
+            if conn.in_transaction():
+                conn.rollback()
+            read_only = conn.exec_driver_sql("SHOW transaction_read_only").scalar()
+            conn.rollback()
+        except SQLAlchemyError:
+            return True  # it cannot even be asked
+        return read_only == "on"
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

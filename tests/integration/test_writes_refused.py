@@ -14,8 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from flask import Flask
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InternalError
 
 from manga_page_analysis.db import make_engine
 from manga_page_analysis.errors import DatabaseUnavailable, ServiceError
@@ -102,6 +103,46 @@ def test_the_runner_retries_a_read_only_server_on_new_connections_and_logs_it_on
     assert caplog.text.count("refusing writes") == 1, caplog.text
     assert "ReadOnlySqlTransaction" in caplog.text
     assert caplog.text.count("database reachable again") == 1
+
+
+def _swallowing(conn) -> int:
+    """A handler's bug: it swallows a failed write and goes on in the aborted transaction."""
+    try:
+        conn.execute(
+            text("INSERT INTO queue_leader (name, leader_id, expires_at) VALUES ('x', 'y', now())")
+        )
+        conn.execute(
+            text("INSERT INTO queue_leader (name, leader_id, expires_at) VALUES ('x', 'y', now())")
+        )
+    except DBAPIError:
+        pass
+    return int(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())  # 25P02
+
+
+@pytest.mark.parametrize("ours", [True, False], ids=["make_engine", "a host's engine"])
+def test_an_abort_that_follows_a_refused_write_is_the_outage_and_any_other_is_not(
+    database_url, read_only, caplog, ours
+):
+    caplog.set_level(logging.INFO, logger=OUTAGE_LOGGER)
+    stopping = threading.Event()
+    # make_engine's engine drops the connection at the refusal; a host's keeps
+    # it, and the abort that follows is told apart by asking the server.
+    engine = make_engine(database_url) if ours else create_engine(database_url)
+    session = DbSession(engine, runner_outage(), stopping)  # one transaction per call
+    try:
+        read_only.on()
+        with ThreadPoolExecutor(1) as pool:
+            call = pool.submit(session.run, _swallowing)
+            wait_until(lambda: session.retry.failures >= 2, timeout=30)
+            read_only.off()
+            # Read-write now: the duplicate key aborts the transaction, which is a bug.
+            with pytest.raises(InternalError, match="current transaction is aborted"):
+                call.result(timeout=30)
+    finally:
+        stopping.set()
+        session.close()
+        engine.dispose()
+    assert caplog.text.count("refusing writes") == 1, caplog.text
 
 
 def test_hosts_get_one_exception_to_catch_and_retry(engine, read_only):
