@@ -15,7 +15,7 @@ queue's own statements, which at 0009 would name a column 0011 adds), and then:
 2. for comparison, builds the same index the old way: a plain
    `CREATE INDEX` in a transaction, as 0010 did before.
 
-For each it prints how long the step took and the longest and 99th
+For each, and for 5 s of the drain alone before them, it prints how long the step took and the longest and 99th
 percentile wait of a write that overlapped it. Progress goes to stderr.
 """
 
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 conn.execute(text("VACUUM ANALYZE crawler_jobs"))
             with Drain(engine) as drain:
-                time.sleep(1.0)  # the drain at its pace before the step
+                quiet = _step("the drain alone (baseline)", drain, lambda: time.sleep(5.0))
                 online = _step(
                     "migrate (CONCURRENTLY)",
                     drain,
@@ -164,6 +164,7 @@ def main(argv: list[str]) -> int:
         finally:
             engine.dispose()
     print(f"crawler_jobs rows: {rows}, writer threads: {WRITERS}")
+    print(f"no migration (5 s of the drain alone): {quiet}")
     print(f"migrate, indexes built CONCURRENTLY: {online}")
     print(f"plain CREATE INDEX in a transaction: {locked}")
     return 0
