@@ -9,6 +9,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
 from manga_page_analysis.config import Settings
+from manga_page_analysis.dberrors import drop_connections_refusing_writes
 
 Conn: TypeAlias = Connection | Session
 """What every repository function takes first: a SQLAlchemy `Connection` or
@@ -99,7 +100,9 @@ def make_engine(
     on another server connection that never saw the statement.
 
     Its statements use the tables in `DATABASE_SCHEMA` (from `Settings`), or in
-    `schema` when given (`schema_options`).
+    `schema` when given (`schema_options`). A connection whose server refuses
+    writes (a standby during a failover) is discarded like a dropped one
+    (`dberrors.drop_connections_refusing_writes`).
     """
     if isinstance(settings_or_url, Settings):
         url = database_url(settings_or_url)
@@ -116,4 +119,6 @@ def make_engine(
         options.update(pool_size=pool_size, max_overflow=5)
     connect_args = {"prepare_threshold": None, **engine_kwargs.pop("connect_args", {})}
     options.update(engine_kwargs, connect_args=connect_args)
-    return create_engine(url, **options)
+    engine = create_engine(url, **options)
+    drop_connections_refusing_writes(engine)
+    return engine

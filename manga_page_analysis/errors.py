@@ -31,6 +31,13 @@ class ServiceError(Exception):
     retryable: bool = True
 
 
+class DatabaseUnavailable(ServiceError):
+    """The database cannot take the call now: unreachable, shutting down, or
+    refusing writes (a standby not yet promoted, a primary being demoted). The
+    host's transaction is broken: roll it back, and try again later (a
+    failover takes seconds). The driver's error is the `__cause__`."""
+
+
 class PayloadError(ServiceError, ValueError):
     """A job payload that does not decode into one of the known kinds."""
 

@@ -16,6 +16,9 @@ the first) and of dead rows (migration 0004), which they cover.
 A page's view lists its `analyze_page` jobs, whatever their state: a partial
 index by `payload->>'page_id'` over that kind.
 
+Each index is built `CONCURRENTLY`, in a step outside the migrations'
+transaction (manga_page_analysis.online_ddl): workers keep writing while it builds.
+
 Revision ID: 0008
 Revises: 0007
 Create Date: 2026-12-01
@@ -26,6 +29,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from manga_page_analysis.online_ddl import create_index_concurrently, drop_index_concurrently
 
 revision: str = "0008"
 down_revision: str | None = "0007"
@@ -36,22 +40,22 @@ KIND = sa.text("(payload ->> 'kind')")
 
 
 def upgrade() -> None:
-    op.create_index(
+    create_index_concurrently(
         "ix_crawler_jobs_state_updated_at", "crawler_jobs", ["state", "updated_at", "id"]
     )
-    op.create_index(
+    create_index_concurrently(
         "ix_crawler_jobs_state_kind_updated_at",
         "crawler_jobs",
         ["state", KIND, "updated_at", "id"],
     )
-    op.create_index(
+    create_index_concurrently(
         "ix_crawler_jobs_analyze_page_id",
         "crawler_jobs",
         [sa.text("(payload ->> 'page_id')"), "created_at"],
         postgresql_where=sa.text("(payload ->> 'kind') = 'analyze_page'"),
     )
-    op.drop_index("ix_crawler_jobs_dead_updated_at", table_name="crawler_jobs")
-    op.drop_index("ix_crawler_jobs_done_updated_at", table_name="crawler_jobs")
+    drop_index_concurrently("ix_crawler_jobs_dead_updated_at", "crawler_jobs")
+    drop_index_concurrently("ix_crawler_jobs_done_updated_at", "crawler_jobs")
 
 
 def downgrade() -> None:

@@ -21,6 +21,10 @@ Now:
   pending or done rows walks the first index newest first and skips the other
   kinds.
 
+Each index is built (and dropped) `CONCURRENTLY`, in a step outside the
+migrations' transaction (manga_page_analysis.online_ddl): workers keep writing
+meanwhile.
+
 Revision ID: 0010
 Revises: 0009
 Create Date: 2026-12-02
@@ -31,6 +35,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from manga_page_analysis.online_ddl import create_index_concurrently, drop_index_concurrently
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -41,15 +46,15 @@ KIND = sa.text("(payload ->> 'kind')")
 
 
 def upgrade() -> None:
-    op.drop_index("ix_crawler_jobs_state_kind_updated_at", table_name="crawler_jobs")
-    op.drop_index("ix_crawler_jobs_state_updated_at", table_name="crawler_jobs")
-    op.create_index(
+    drop_index_concurrently("ix_crawler_jobs_state_kind_updated_at", "crawler_jobs")
+    drop_index_concurrently("ix_crawler_jobs_state_updated_at", "crawler_jobs")
+    create_index_concurrently(
         "ix_crawler_jobs_listed_updated_at",
         "crawler_jobs",
         ["state", "updated_at", "id"],
         postgresql_where=sa.text("state <> 'running'"),
     )
-    op.create_index(
+    create_index_concurrently(
         "ix_crawler_jobs_dead_kind_updated_at",
         "crawler_jobs",
         ["state", KIND, "updated_at", "id"],

@@ -18,6 +18,7 @@ import uuid
 from decimal import Decimal
 
 from manga_page_analysis.db import Conn
+from manga_page_analysis.dberrors import outage_raises_unavailable
 from manga_page_analysis.errors import (
     ImageTooLarge,
     NoSuchChapter,
@@ -44,6 +45,7 @@ __all__ = [
 ]
 
 
+@outage_raises_unavailable
 def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> uuid.UUID:
     """The id of the manga the host knows as (`source_id`, `source_key`),
     created with `title` when there is none; an existing manga keeps its
@@ -54,6 +56,7 @@ def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> 
     return catalog.ensure_manga(conn, source_id=source_id, source_key=source_key, title=title)
 
 
+@outage_raises_unavailable
 def ensure_chapter(
     conn: Conn, manga_id: uuid.UUID, *, number: Decimal | int | str, title: str = ""
 ) -> uuid.UUID:

@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
 from manga_page_analysis.db import Conn
+from manga_page_analysis.dberrors import outage_raises_unavailable
 from manga_page_analysis.errors import ImageTooLarge, NotAnImage, ObjectTooLarge, PageRefused
 from manga_page_analysis.pages.cleanup import delete_on_rollback
 from manga_page_analysis.pages.image_format import check_image
@@ -145,6 +146,7 @@ def add_page(
     )
 
 
+@outage_raises_unavailable
 def insert_checked_page(
     conn: Conn,
     storage: Storage,

@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from manga_page_analysis.db import Conn
+from manga_page_analysis.dberrors import outage_raises_unavailable
 from manga_page_analysis.queue.kinds import Payload, check_kind_name
 from manga_page_analysis.queue.table import run
 
@@ -66,6 +67,7 @@ def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[st
     return {name: value for name, value in options.items() if value is not None}
 
 
+@outage_raises_unavailable
 def enqueue(
     conn: Conn,
     payload: Payload,
@@ -83,6 +85,7 @@ def enqueue(
     return job_id if run(conn, statement, params).rowcount else None
 
 
+@outage_raises_unavailable
 def enqueue_many(
     conn: Conn,
     payloads: Sequence[Payload],

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from manga_page_analysis.db import Conn
+from manga_page_analysis.dberrors import outage_raises_unavailable
 from manga_page_analysis.errors import NoSuchPage
 from manga_page_analysis.queue.payloads import AnalyzePage
 from manga_page_analysis.queue.states import release_unowned_many
@@ -85,6 +86,7 @@ class Requested:
     that job was marked forced instead."""
 
 
+@outage_raises_unavailable
 def request_analysis_many(
     conn: Conn, page_ids: Sequence[uuid.UUID], *, force: bool = False
 ) -> Requested:

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
 from manga_page_analysis.config import Settings
-from manga_page_analysis.errors import truncated
+from manga_page_analysis.dberrors import is_outage
+from manga_page_analysis.errors import DatabaseUnavailable, truncated
 from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
@@ -38,7 +39,8 @@ SHOWN_PATH_CHARS: Final = 120
 """A 404 names at most this much of the path it did not find."""
 
 RETRY_AFTER_SECONDS: Final = 5
-"""`Retry-After` of a 503 from `api/events`."""
+"""`Retry-After` of a 503: `api/events` full, or the database away or refusing
+writes (a failover takes seconds)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +135,8 @@ class AdminApi:
         """Answer `request` on `route`: the method (HEAD is GET; else 405, before
         auth: which methods a route takes is no secret), the auth outcome, the
         body limit, the origin check of a session's writes, `AdminError` as its
-        JSON error and an unreachable database as 503."""
+        JSON error, and a database that cannot be reached or takes no writes
+        (`dberrors.is_outage`) as 503 with `Retry-After`."""
         method = "GET" if request.method == "HEAD" else request.method.upper()
         view = route.views.get(method)
         if view is None:
@@ -150,11 +153,19 @@ class AdminApi:
             return view(self, request)
         except AdminError as exc:
             return error_response(exc.status, exc.code, str(exc))
-        except OperationalError as exc:
+        except (DBAPIError, DatabaseUnavailable) as exc:
+            if not is_outage(exc):
+                raise
+            cause = exc.orig if isinstance(exc, DBAPIError) else exc
             logger.warning(
-                "admin API %s %s: database unavailable: %s", request.method, request.path, exc.orig
+                "admin API %s %s: database unavailable: %s", request.method, request.path, cause
             )
-            return error_response(503, "unavailable", "the database cannot be reached; try again")
+            return error_response(
+                503,
+                "unavailable",
+                "the database cannot be reached or takes no writes now (a failover?); try again",
+                {"Retry-After": str(RETRY_AFTER_SECONDS)},
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ The lease loop, the heartbeat, the acker and the maintenance each hold one
 connection for their whole life (`DbSession`) instead of checking one out
 (with a pre-ping) per job; the wake-up listener keeps its own. All of them
 retry through a `DbRetry` of their own, sharing one `DatabaseOutage` so that
-an outage is logged once.
+an outage is logged once. What counts as a blip (a lost connection, and a
+server that refuses writes during a failover) is `dberrors.is_transient_db_error`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from collections.abc import Callable
 from typing import NoReturn, TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import SQLAlchemyError
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -30,12 +31,18 @@ from tenacity import (
 )
 from tenacity.stop import stop_base
 
+from manga_page_analysis.dberrors import is_transient_db_error, sqlstate
+from manga_page_analysis.errors import DatabaseUnavailable
 from manga_page_analysis.worker.reports.outage import DatabaseOutage
+
+__all__ = ["DatabaseUnavailable", "DbRetry", "DbSession", "is_transient_db_error", "runner_outage"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+IN_FAILED_TRANSACTION = "25P02"
+"""A statement sent after an error in the same transaction."""
 DB_RETRY_INITIAL_SECONDS = 0.1
 """The wait after the first failed try (a dropped connection is first retried at once)."""
 DB_RETRY_MAX_SECONDS = 5.0
@@ -50,15 +57,6 @@ def runner_outage() -> DatabaseOutage:
     its failures to it but not its recoveries: its direct connection
     (`listen_url`) may work while the engine's way does not."""
     return DatabaseOutage(DB_RETRY_MAX_SECONDS)
-
-
-def is_transient_db_error(exc: BaseException) -> bool:
-    """A lost connection, a restarting server or a deadlock: worth one more try."""
-    if isinstance(exc, OperationalError):
-        return True
-    return isinstance(exc, DBAPIError) and (
-        exc.connection_invalidated or getattr(exc.orig, "sqlstate", None) in {"40P01", "40001"}
-    )
 
 
 def short_error(exc: BaseException | None) -> str:
@@ -83,11 +81,6 @@ def _in_one_transaction(conn: Connection, work: Callable[[Connection], T]) -> T:
     finally:
         if not driver.closed:  # type: ignore[union-attr]
             driver.autocommit = True  # type: ignore[union-attr]
-
-
-class DatabaseUnavailable(Exception):
-    """The database could not be reached, and `DbRetry` stopped trying: the thread
-    is stopping, or a call's bound (`within`) was reached."""
 
 
 class DbRetry:
@@ -215,7 +208,7 @@ class DbSession:
             # works (it did last time), one try.
             try:
                 result = self._attempt(work, atomic)
-            except SQLAlchemyError as exc:
+            except (SQLAlchemyError, DatabaseUnavailable) as exc:
                 if not is_transient_db_error(exc):
                     raise
                 logger.debug("connection dropped (%s); trying a new one at once", short_error(exc))
@@ -231,10 +224,39 @@ class DbSession:
                 return _in_one_transaction(conn, work)
             with conn.begin():
                 return work(conn)
-        except SQLAlchemyError as exc:
+        except (SQLAlchemyError, DatabaseUnavailable) as exc:
+            # A connection on a server that refuses writes is dropped too: the
+            # next one may reach the new primary (`target_session_attrs`).
             if is_transient_db_error(exc):
                 self.close()
+                raise
+            if self._outage_was_swallowed(exc):
+                self.close()
+                raise DatabaseUnavailable(
+                    f"the server refuses writes ({short_error(exc)})"
+                ) from exc
             raise
+
+    def _outage_was_swallowed(self, exc: BaseException) -> bool:
+        """Whether `exc`, no outage itself, follows one that the work swallowed
+        and went on: its connection was invalidated (dropped, or a write refused
+        on an engine from `make_engine`), or its transaction aborted (25P02) on
+        a server that takes no writes (asked in a transaction of its own)."""
+        conn = self._conn
+        if conn is None:
+            return False
+        if conn.invalidated:
+            return True
+        if sqlstate(exc) != IN_FAILED_TRANSACTION:
+            return False
+        try:
+            if conn.in_transaction():
+                conn.rollback()
+            read_only = conn.exec_driver_sql("SHOW transaction_read_only").scalar()
+            conn.rollback()
+        except SQLAlchemyError:
+            return True  # it cannot even be asked
+        return read_only == "on"
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

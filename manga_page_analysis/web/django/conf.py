@@ -122,8 +122,21 @@ def sqlalchemy_url(alias: str = DEFAULT_DATABASE_ALIAS) -> URL:
 def url_from_connection_params(params: dict[str, Any]) -> URL:
     """The SQLAlchemy URL for the psycopg `connect()` keywords Django builds."""
     host = params.get("host")
-    query = {name: str(value) for name, value in params.items() if name not in _NOT_QUERY}
-    if host and str(host).startswith("/"):
+    port = str(params.get("port") or "")
+    query: dict[str, str | list[str]] = {
+        name: str(value) for name, value in params.items() if name not in _NOT_QUERY
+    }
+    if host and "," in str(host):
+        # Several servers (`HOST = "db1,db2"`, `PORT = "5432,5432"` or one port
+        # for all): SQLAlchemy's multi-host form, `?host=db1:5432&host=db2:5432`.
+        hosts, ports = str(host).split(","), port.split(",")
+        ports = ports if len(ports) == len(hosts) else ports[:1] * len(hosts)
+        query["host"] = [
+            f"{name}:{number}" if number else name
+            for name, number in zip(hosts, ports, strict=True)
+        ]
+        host, port = None, ""
+    elif host and str(host).startswith("/"):
         # A Unix socket directory has no place in the URL's host part.
         query["host"] = str(host)
         host = None
@@ -132,7 +145,7 @@ def url_from_connection_params(params: dict[str, Any]) -> URL:
         username=params.get("user"),
         password=params.get("password"),
         host=host or None,
-        port=int(params["port"]) if params.get("port") else None,
+        port=int(port) if port else None,
         database=params.get("dbname"),
         query=query,
     )

@@ -22,7 +22,7 @@ from typing import TypeVar
 from sqlalchemy import Connection
 
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
-from manga_page_analysis.errors import ServiceError
+from manga_page_analysis.errors import DatabaseUnavailable, ServiceError
 from manga_page_analysis.pages import ensure_chapter as ensure_chapter_on
 from manga_page_analysis.pages import ensure_manga as ensure_manga_on
 from manga_page_analysis.pages.adding import (
@@ -58,6 +58,8 @@ def in_host_transaction(using: str, work: Callable[[Connection], T]) -> T:
         with engine.connect() as conn:
             try:
                 return work(conn)
+            except DatabaseUnavailable:
+                raise  # the block is broken: Django rolls it back
             except ServiceError as exc:
                 refused = exc
     assert refused is not None

@@ -18,6 +18,9 @@ from typing import Any, Final
 
 from sqlalchemy import Engine, text
 
+from manga_page_analysis.dberrors import is_outage
+from manga_page_analysis.worker.dbsession import short_error
+
 logger = logging.getLogger(__name__)
 
 NOTIFY_MAX_BYTES: Final = 7900
@@ -89,6 +92,7 @@ class EventBus:
         self._published = 0
         self._closing = False
         self._notifier: threading.Thread | None = None
+        self._dropped = 0  # events dropped since the last NOTIFY that worked, in an outage
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         """Call `subscriber` for every event (on the publishing thread); returns an unsubscribe."""
@@ -168,12 +172,30 @@ class EventBus:
                     {"channel": self._channel, "payloads": payloads},
                 )
         except Exception as exc:
+            self._dropped += len(payloads)
+            # While the database is away or refuses writes (a failover), one line
+            # for the whole spell; the count comes with the line that ends it.
+            outage = is_outage(exc)
+            if outage and self._dropped > len(payloads):
+                logger.debug("could not NOTIFY %s (%s)", self._channel, short_error(exc))
+                return
             logger.warning(
-                "could not NOTIFY %s of %d event(s) (%s); they are dropped",
+                "could not NOTIFY %s of %d event(s) (%s); they are dropped%s",
                 self._channel,
                 len(payloads),
-                exc,
+                short_error(exc) if outage else exc,
+                ", and the next ones until the database takes writes" if outage else "",
             )
+            if not outage:
+                self._dropped = 0
+            return
+        if self._dropped:
+            logger.info(
+                "NOTIFY %s works again; %d event(s) were dropped meanwhile",
+                self._channel,
+                self._dropped,
+            )
+            self._dropped = 0
 
 
 def _notify_payload(event: JobEvent) -> str:

@@ -41,7 +41,7 @@ class DatabaseOutage:
                 return
             self._down_since = time.monotonic()
         logger.warning(
-            "database unreachable (%s); %s paused, retrying with backoff "
+            "database unreachable or refusing writes (%s); %s paused, retrying with backoff "
             "(at most %.0f s apart) until it is back",
             error,
             self.activity,

@@ -81,3 +81,28 @@ def test_a_unix_socket_host_goes_into_the_query() -> None:
     }
     url = url_from_connection_params(_params(entry))
     assert url.host is None and url.query["host"] == "/run/postgresql"
+
+
+@pytest.mark.parametrize(
+    ("port", "expected"),
+    [("5432,5433", ("db1:5432", "db2:5433")), ("5432", ("db1:5432", "db2:5432"))],
+)
+def test_several_hosts_give_the_multi_host_url(port: str, expected: tuple[str, ...]) -> None:
+    from manga_page_analysis.db import connect_kwargs
+    from manga_page_analysis.web.django.conf import url_from_connection_params
+
+    entry = {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "shop",
+        "USER": "app",
+        "HOST": "db1,db2",
+        "PORT": port,
+        "OPTIONS": {"target_session_attrs": "read-write"},
+    }
+    url = url_from_connection_params(_params(entry))
+    assert url.host is None and url.port is None and tuple(url.query["host"]) == expected
+    driver = connect_kwargs(url)  # what psycopg is handed: libpq's lists
+    assert driver["host"] == "db1,db2" and driver["port"] == ",".join(
+        hostport.split(":")[1] for hostport in expected
+    )
+    assert driver["target_session_attrs"] == "read-write"
