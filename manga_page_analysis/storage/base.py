@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Final, Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from manga_page_analysis.errors import ObjectTooLarge, StorageKeyError
 
@@ -41,7 +41,13 @@ class Storage(Protocol):
         ...
 
 
-def read_capped(stream: BinaryIO, max_bytes: int, *, label: str) -> bytes:
+class Readable(Protocol):
+    """What `read_capped` reads: a binary stream's `read(size)`."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def read_capped(stream: Readable, max_bytes: int, *, label: str) -> bytes:
     """Read `stream` to its end, raising `ObjectTooLarge` (naming `label`) once more
     than `max_bytes` arrive; at most `max_bytes + 1` bytes are ever read."""
     buffer = bytearray()

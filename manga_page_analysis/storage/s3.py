@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,12 +38,20 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 """Connect timeout of one request to the store."""
 DEFAULT_READ_TIMEOUT_SECONDS: Final = 30.0
 """Longest silence of the store while answering one request."""
+DEFAULT_READ_DEADLINE_SECONDS: Final = 150.0
+"""Longest whole read of one object, retries and body included: a store that sends a
+byte every 20 s is never silent for `read_timeout`, and would hold a worker (or a web
+thread serving a page's image) for as long as it likes."""
 PROBE_TIMEOUT_SECONDS: Final = 2.0
 """Connect and read timeout of one readiness probe (no retries)."""
 MIN_POOL_CONNECTIONS: Final = 10
 """Connections kept open to the store at least (botocore's default)."""
 CHECKSUM_METADATA: Final = "sha256"
 """User metadata (`x-amz-meta-sha256`) written with every object: its bytes' SHA-256, hex."""
+BUCKET_NAME: Final = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+"""S3's rule for a bucket name: 3 to 63 lower-case letters, digits, `.` and `-`,
+starting and ending with a letter or a digit (and no `..`, no IP address)."""
+_IP_ADDRESS: Final = re.compile(r"\d+\.\d+\.\d+\.\d+")
 PROBE_KEY: Final = ".readiness-probe"
 """The key `readiness()` asks for; it need not exist: any answer below 500 means the store is up."""
 
@@ -67,7 +77,22 @@ class S3Location:
             )
         if not bucket:
             raise ValueError(f"{url!r} names no bucket; expected s3://bucket/prefix")
-        return cls(bucket, prefix.strip("/"))
+        if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket or _IP_ADDRESS.fullmatch(bucket):
+            raise ValueError(
+                f"{bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, "
+                "digits, '.' and '-', starting and ending with a letter or a digit); "
+                "expected s3://bucket/prefix"
+            )
+        prefix = prefix.strip("/")
+        if prefix:
+            try:
+                check_key(prefix)
+            except StorageError as exc:
+                raise ValueError(
+                    f"the prefix of {url[:120]!r} is not a plain path ({exc}); "
+                    "expected s3://bucket/prefix"
+                ) from None
+        return cls(bucket, prefix)
 
     def __str__(self) -> str:
         return f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
@@ -98,11 +123,13 @@ class S3Storage:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
         read_timeout: float = DEFAULT_READ_TIMEOUT_SECONDS,
+        read_deadline: float = DEFAULT_READ_DEADLINE_SECONDS,
         client: Any = None,
         probe_client: Any = None,
     ) -> None:
         self.location = S3Location.parse(location) if isinstance(location, str) else location
         self.max_attempts = max_attempts
+        self.read_deadline = read_deadline
         if client is None or probe_client is None:
             import boto3.session
             from botocore.config import Config
@@ -153,8 +180,11 @@ class S3Storage:
     def read_bytes(self, key: str, max_bytes: int) -> bytes:
         """The whole object; `ObjectTooLarge` past `max_bytes` (refused on its announced
         size before any byte is read, and again while streaming), `ObjectNotFound` when
-        there is none, `StorageUnavailable` once the retries for a timeout or a 5xx ran out."""
+        there is none, `StorageUnavailable` once the retries for a timeout or a 5xx ran out,
+        or when the whole read took longer than `read_deadline` (checked between two
+        receives, each bounded by `read_timeout`)."""
         check_key(key)
+        deadline = time.monotonic() + self.read_deadline
         response = self._call("get", key, self._client.get_object)
         body = response["Body"]
         try:
@@ -165,7 +195,13 @@ class S3Storage:
                 )
             dropped: tuple[type[Exception], ...] = (OSError, *_stream_errors())
             try:
-                return read_capped(body, max_bytes, label=repr(key))
+                return read_capped(_Deadline(body, deadline), max_bytes, label=repr(key))
+            except _TooSlow:
+                self._suspect = True
+                raise StorageUnavailable(
+                    f"the page store sent object {key!r} too slowly: not whole after "
+                    f"{self.read_deadline:g} s"
+                ) from None
             except dropped as exc:
                 self._suspect = True
                 raise StorageUnavailable(
@@ -268,6 +304,26 @@ class S3Storage:
             f"the page store refused to {verb} object {key!r} in {self.location}: "
             f"{code} (HTTP {status})"
         )
+
+
+class _TooSlow(Exception):
+    """The read's deadline passed."""
+
+
+class _Deadline:
+    """A response body read at most one receive at a time (urllib3's `read1`: what has
+    arrived, never waiting to fill a chunk), `_TooSlow` once `deadline` has passed."""
+
+    def __init__(self, body: Any, deadline: float) -> None:
+        raw = getattr(body, "_raw_stream", None)
+        self._read = getattr(raw, "read1", None) or body.read
+        self._deadline = deadline
+
+    def read(self, amount: int) -> bytes:
+        if time.monotonic() > self._deadline:
+            raise _TooSlow
+        data: bytes = self._read(amount)
+        return data
 
 
 _PATH_STYLE: Final = {"addressing_style": "path"}
