@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from sqlalchemy import ColumnElement, Connection, CursorResult, Table, literal_column
@@ -47,6 +47,8 @@ class Lease:
     attempts: int
     max_attempts: int
     lease_generation: int
+    payload_bytes: int = field(default=0, compare=False)
+    """Size of the stored payload's JSON text (the runner bounds its prefetch by it)."""
 
 
 def text_literal(value: str) -> ColumnElement[Any]:
