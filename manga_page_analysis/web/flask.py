@@ -16,6 +16,7 @@ from manga_page_analysis.db import connect_kwargs
 from manga_page_analysis.storage import Storage
 from manga_page_analysis.web.api import (
     ALL_METHODS,
+    DEFAULT_MAX_IMAGE_READS,
     ROUTES,
     AdminApi,
     ApiRequest,
@@ -43,6 +44,7 @@ def admin_blueprint(
     keepalive_seconds: float = DEFAULT_KEEPALIVE_SECONDS,
     storage: Storage | None = None,
     max_image_bytes: int | None = None,
+    max_image_reads: int = DEFAULT_MAX_IMAGE_READS,
 ) -> Blueprint:
     """The admin blueprint; every keyword is in docs/embedding.md.
 
@@ -58,7 +60,13 @@ def admin_blueprint(
         keepalive_seconds=keepalive_seconds,
         channel=lambda: analysis_channel(get_engine()),
     )
-    api = AdminApi(get_engine, streams, storage=storage, max_image_bytes=max_image_bytes)
+    api = AdminApi(
+        get_engine,
+        streams,
+        storage=storage,
+        max_image_bytes=max_image_bytes,
+        max_image_reads=max_image_reads,
+    )
     blueprint = Blueprint(name, __name__)
     blueprint.event_streams = streams  # type: ignore[attr-defined]  # for hosts and tests
 
