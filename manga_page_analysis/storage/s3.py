@@ -16,8 +16,11 @@ for every worker thread, plus a second client without retries for `readiness()`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -181,8 +184,8 @@ class S3Storage:
         """The whole object; `ObjectTooLarge` past `max_bytes` (refused on its announced
         size before any byte is read, and again while streaming), `ObjectNotFound` when
         there is none, `StorageUnavailable` once the retries for a timeout or a 5xx ran out,
-        or when the whole read took longer than `read_deadline` (checked between two
-        receives, each bounded by `read_timeout`)."""
+        or when the whole read took longer than `read_deadline` (a watchdog then shuts
+        the connection's socket, which ends a receive that is waiting)."""
         check_key(key)
         deadline = time.monotonic() + self.read_deadline
         response = self._call("get", key, self._client.get_object)
@@ -194,19 +197,27 @@ class S3Storage:
                     f"object {key!r} ({size} bytes) exceeds the cap of {max_bytes} bytes"
                 )
             dropped: tuple[type[Exception], ...] = (OSError, *_stream_errors())
+            # botocore's own body is read (it checks the length, and a checksum the
+            # store sends); the watchdog ends it from outside when the time is up.
+            watchdog = _Watchdog(body, deadline - time.monotonic())
+            data = b""
             try:
-                return read_capped(_Deadline(body, deadline), max_bytes, label=repr(key))
-            except _TooSlow:
+                data = read_capped(body, max_bytes, label=repr(key))
+            except dropped as exc:
+                if not watchdog.fired.is_set():
+                    self._suspect = True
+                    raise StorageUnavailable(
+                        f"the page store dropped the read of {key!r}: {type(exc).__name__}"
+                    ) from None
+            finally:
+                watchdog.cancel()
+            if watchdog.fired.is_set():
                 self._suspect = True
                 raise StorageUnavailable(
                     f"the page store sent object {key!r} too slowly: not whole after "
                     f"{self.read_deadline:g} s"
-                ) from None
-            except dropped as exc:
-                self._suspect = True
-                raise StorageUnavailable(
-                    f"the page store dropped the read of {key!r}: {type(exc).__name__}"
-                ) from None
+                )
+            return data
         finally:
             # Before the end of the body this drops the connection rather than
             # reading on: a 2 GB object costs a reconnect, not a download.
@@ -306,24 +317,33 @@ class S3Storage:
         )
 
 
-class _TooSlow(Exception):
-    """The read's deadline passed."""
+class _Watchdog:
+    """Shuts the socket under a response body down once `seconds` have passed: a
+    store that sends a byte every 20 s is never silent for `read_timeout`, and a
+    receive waiting on it can only be ended from outside. `fired` says it did."""
+
+    def __init__(self, body: Any, seconds: float) -> None:
+        self.fired = threading.Event()
+        self._socket = _socket_of(body)
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired.set()
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
-class _Deadline:
-    """A response body read at most one receive at a time (urllib3's `read1`: what has
-    arrived, never waiting to fill a chunk), `_TooSlow` once `deadline` has passed."""
-
-    def __init__(self, body: Any, deadline: float) -> None:
-        raw = getattr(body, "_raw_stream", None)
-        self._read = getattr(raw, "read1", None) or body.read
-        self._deadline = deadline
-
-    def read(self, amount: int) -> bytes:
-        if time.monotonic() > self._deadline:
-            raise _TooSlow
-        data: bytes = self._read(amount)
-        return data
+def _socket_of(body: Any) -> socket.socket | None:
+    # botocore's StreamingBody -> urllib3's HTTPResponse -> its connection's socket.
+    connection = getattr(getattr(body, "_raw_stream", None), "_connection", None)
+    sock = getattr(connection, "sock", None)
+    return sock if isinstance(sock, socket.socket) else None
 
 
 _PATH_STYLE: Final = {"addressing_style": "path"}
