@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
@@ -30,6 +30,7 @@ from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.event_stream import EventStream, EventStreams, EventsUnavailable
 from manga_page_analysis.web.page import page_security_policy
+from manga_page_analysis.web.unavailable import bound_lock_waits, cannot_serve
 
 logger = logging.getLogger(__name__)
 
@@ -44,11 +45,6 @@ SHOWN_PATH_CHARS: Final = 120
 RETRY_AFTER_SECONDS: Final = 5
 """`Retry-After` of every 503 (`api/events` full, the database or the images busy)."""
 
-LOCK_TIMEOUT: Final = "5s"
-"""Longest wait of an admin query for a row or table lock (`lock_timeout`): a table
-locked by a migration or a long host transaction answers 503 then, instead of
-holding a web thread (and a pool connection) until the host's pool times out."""
-
 DEFAULT_MAX_IMAGE_READS: Final = 4
 """Page images read at once by one mount (each up to `MAX_IMAGE_BYTES` in memory);
 one more is a 503 with `Retry-After`: 60 parallel reads of a 19 MB page peaked at 1.16 GB."""
@@ -60,11 +56,6 @@ API_HEADERS: Final = {
     "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'; sandbox",
 }
 """Headers of every `api/` answer."""
-
-_UNAVAILABLE_SQLSTATES: Final = ("08", "53", "55P03", "57014", "57P01", "57P03", "40001", "40P01")
-"""SQLSTATEs (classes or codes) of a database that cannot serve now: connection
-exceptions, insufficient resources (out of memory, too many connections), lock
-timeout, statement cancelled, shutting down, serialization failures."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,14 +169,14 @@ class AdminApi:
     def reading(self) -> Iterator[Connection]:
         """A connection for a view's reads, its lock waits bounded by `LOCK_TIMEOUT`."""
         with self.engine().connect() as conn:
-            _bound_lock_waits(conn)
+            bound_lock_waits(conn)
             yield conn
 
     @contextlib.contextmanager
     def writing(self) -> Iterator[Connection]:
         """A transaction for a view's writes (committed on success), lock waits bounded."""
         with self.engine().begin() as conn:
-            _bound_lock_waits(conn)
+            bound_lock_waits(conn)
             yield conn
 
     def image_store(self) -> tuple[Storage, int]:
@@ -242,7 +233,7 @@ class AdminApi:
             )
             return unavailable_response("no database connection is free; try again")
         except DBAPIError as exc:
-            if not (isinstance(exc, OperationalError) or _cannot_serve(exc)):
+            if not (isinstance(exc, OperationalError) or cannot_serve(exc)):
                 raise
             logger.warning(
                 "admin API %s %s: database unavailable: %s", request.method, request.path, exc.orig
@@ -257,16 +248,6 @@ class Route:
     name: str
     pattern: str
     views: Mapping[str, Callable[[AdminApi, ApiRequest], ApiResponse]]
-
-
-def _bound_lock_waits(conn: Connection) -> None:
-    # Transaction-local (PgBouncer in transaction mode keeps no session state).
-    conn.execute(text("SELECT set_config('lock_timeout', :wait, true)"), {"wait": LOCK_TIMEOUT})
-
-
-def _cannot_serve(exc: DBAPIError) -> bool:
-    sqlstate = getattr(exc.orig, "sqlstate", None) or ""
-    return sqlstate.startswith(_UNAVAILABLE_SQLSTATES)
 
 
 def _check_length(declared: str | None) -> None:
