@@ -132,6 +132,13 @@ class Conflict(AdminError):
     code = "conflict"
 
 
+class UnsupportedImage(AdminError):
+    """415: a stored page image is in no format a browser shows; it is not served."""
+
+    status = 415
+    code = "unsupported_media_type"
+
+
 class NoSuchPage(ServiceError, LookupError):
     """A request for analysis named ids that are no page; nothing was queued.
     `page_ids` are the unknown ones, in the order asked."""

@@ -7,6 +7,11 @@ one schema (`DATABASE_SCHEMA`, default `public`). Outside `public`, the
 migrations run in one transaction that creates the schema if missing and puts
 it alone on that transaction's `search_path` (`set_config(..., true)`: it ends
 with the transaction, so nothing is left on a pooled session).
+
+Replicas deployed together may all run `migrate` at once: the transaction first
+takes an advisory lock (transaction-level, so it works through PgBouncer in
+transaction mode and is released by the commit or rollback), and the others
+wait for it, then find the schema at head and apply nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.models import NAMING_CONVENTION, Base
 
 VERSION_TABLE = "alembic_version"
+MIGRATE_LOCK_KEY = 0x6D706100
+"""First key of `migrate`'s advisory lock (the second is the schema's `hashtext`)."""
 
 
 class SchemaConflict(ServiceError):
@@ -67,7 +74,14 @@ def prepare_schema(connection: Connection, schema: str) -> None:
     """In the migrations' transaction: outside `public`, create `schema` if missing
     and make it the transaction's `search_path`; then `SchemaConflict` if the
     version table there holds another project's revision, or if a table the
-    migrations would create exists there without an alembic version of ours."""
+    migrations would create exists there without an alembic version of ours.
+
+    First of all it waits for the schema's migrate lock: even `CREATE SCHEMA IF
+    NOT EXISTS` races with another process's (a unique violation in `pg_namespace`)."""
+    connection.execute(
+        text("SELECT pg_advisory_xact_lock(:key, hashtext(:schema))"),
+        {"key": MIGRATE_LOCK_KEY, "schema": schema},
+    )
     if schema != DEFAULT_SCHEMA:
         connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(schema)}")
         connection.execute(

@@ -13,6 +13,10 @@ and can pause the bytes in flight (a network that stalls without closing).
                            `response` (raw bytes, e.g. an HTTP 503) instead of the
                            target, until `answer(None)`
     `bytes_from_target`    bytes the target sent through the proxy so far
+    `drip(seconds, after)` from then on, past the first `after` bytes of each
+                           connection, pass the target's bytes one at a time, one
+                           every `seconds` (a store that answers, then trickles);
+                           `drip(None)` lets them flow again
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self.bytes_from_target = 0
         self._answer: bytes | None = None
+        self._drip: tuple[float, int] | None = None
         self._flowing = threading.Event()
         self._flowing.set()
         self._stopping = threading.Event()
@@ -69,6 +74,9 @@ class TcpProxy:
 
     def resume(self) -> None:
         self._flowing.set()
+
+    def drip(self, seconds: float | None, after: int = 0) -> None:
+        self._drip = None if seconds is None else (seconds, after)
 
     def answer(self, response: bytes | None) -> None:
         self._answer = response
@@ -112,6 +120,7 @@ class TcpProxy:
         self._pump(upstream, client, from_target=True)
 
     def _pump(self, source: socket.socket, sink: socket.socket, from_target: bool = False) -> None:
+        sent = 0
         try:
             while True:
                 data = source.recv(_CHUNK)
@@ -120,7 +129,17 @@ class TcpProxy:
                 self._flowing.wait()
                 if self._stopping.is_set():
                     break
-                sink.sendall(data)
+                drip = self._drip if from_target else None
+                if drip is None or sent + len(data) <= drip[1]:
+                    sink.sendall(data)
+                else:
+                    free = max(0, drip[1] - sent)
+                    sink.sendall(data[:free])
+                    for at in range(free, len(data)):
+                        if self._stopping.wait(drip[0]):
+                            return
+                        sink.sendall(data[at : at + 1])
+                sent += len(data)
                 if from_target:
                     with self._lock:
                         self.bytes_from_target += len(data)

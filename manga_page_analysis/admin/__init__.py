@@ -13,6 +13,8 @@ from manga_page_analysis.admin.browse import (
     get_page,
     get_page_image,
     list_mangas,
+    page_image_key,
+    read_page_image,
 )
 from manga_page_analysis.admin.jobs import CANCELLED_ERROR, cancel_job, get_job
 from manga_page_analysis.admin.labels import label, with_labels
@@ -57,11 +59,13 @@ __all__ = [
     "label",
     "list_jobs",
     "list_mangas",
+    "page_image_key",
     "parse_force_body",
     "parse_json",
     "parse_limit",
     "parse_uuid",
     "queue_stats",
+    "read_page_image",
     "request_page_analysis",
     "retry_dead_jobs",
     "retry_job",

@@ -24,7 +24,7 @@ from manga_page_analysis.admin.jobs import job_summary
 from manga_page_analysis.admin.labels import chapter_number_text, with_labels
 from manga_page_analysis.admin.queries import get_page_analysis, parse_limit
 from manga_page_analysis.db import Conn
-from manga_page_analysis.errors import BadRequest, NotFound, StorageError
+from manga_page_analysis.errors import BadRequest, NotFound, StorageError, UnsupportedImage
 from manga_page_analysis.models import Chapter, Manga, Page, PageAnalysis
 from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE
 from manga_page_analysis.queue.table import KIND, jobs, payload_field, text_literal
@@ -43,8 +43,10 @@ IMAGE_TYPES: Final = (
     (b"\xff\xd8\xff", "image/jpeg"),
     (b"GIF87a", "image/gif"),
     (b"GIF89a", "image/gif"),
+    (b"BM", "image/bmp"),
 )
-"""Magic numbers of the image formats served as such (WebP is checked apart)."""
+"""Magic numbers of the image formats served as such (WebP is checked apart): those a
+browser shows, which are those `add_page` takes."""
 
 pages = cast(Table, Page.__table__)
 chapters = cast(Table, Chapter.__table__)
@@ -324,24 +326,45 @@ def sniff_image_type(data: bytes) -> str | None:
     return None
 
 
-def get_page_image(
-    conn: Conn, storage: Storage, page_id: uuid.UUID, *, max_bytes: int
-) -> tuple[bytes, str]:
-    """The page's image bytes and content type, read from `storage` (at most
-    `max_bytes`). The type comes from the bytes, not from `pages.content_type`:
-    only images are served as what they are; anything else is
-    `application/octet-stream`. `NotFound` for an unknown page or a missing,
-    unreadable or oversized image."""
+def page_image_key(conn: Conn, page_id: uuid.UUID) -> str:
+    """The storage key of the page's image; `NotFound` for an unknown page."""
     key = conn.execute(select(pages.c.storage_key).where(pages.c.id == page_id)).scalar()
     if key is None:
         raise NotFound(f"no page {page_id}")
+    return str(key)
+
+
+def read_page_image(
+    storage: Storage, page_id: uuid.UUID, key: str, *, max_bytes: int
+) -> tuple[bytes, str]:
+    """The image under `key` (the page's) and its content type, read from `storage`
+    (at most `max_bytes`). The type comes from the bytes, not from `pages.content_type`,
+    and only a format a browser shows is served: anything else (a host's TIFF, an
+    HTML file under a page's key) is `UnsupportedImage`, never bytes a browser might
+    sniff. `NotFound` for a missing, unreadable or oversized image."""
     try:
         data = storage.read_bytes(key, max_bytes)
     except StorageError as exc:
         # The reason is logged, not answered: it names the storage key.
         logger.warning("admin API: image of page %s not served: %s", page_id, exc)
         raise NotFound(f"the image of page {page_id} is missing or cannot be read") from None
-    return data, sniff_image_type(data) or "application/octet-stream"
+    content_type = sniff_image_type(data)
+    if content_type is None:
+        logger.warning(
+            "admin API: image of page %s not served: not a format browsers show", page_id
+        )
+        raise UnsupportedImage(
+            f"the image of page {page_id} is not in a format a browser shows "
+            "(PNG, JPEG, GIF, WebP, BMP)"
+        )
+    return data, content_type
+
+
+def get_page_image(
+    conn: Conn, storage: Storage, page_id: uuid.UUID, *, max_bytes: int
+) -> tuple[bytes, str]:
+    """`read_page_image` of the page's key (`page_image_key`), in one call."""
+    return read_page_image(storage, page_id, page_image_key(conn, page_id), max_bytes=max_bytes)
 
 
 __all__ = [
@@ -351,6 +374,8 @@ __all__ = [
     "get_page",
     "get_page_image",
     "list_mangas",
+    "page_image_key",
     "page_jobs",
+    "read_page_image",
     "sniff_image_type",
 ]

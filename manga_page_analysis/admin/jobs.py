@@ -62,7 +62,7 @@ def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
     it; `None` if never leased by a named runner), and `page_id` (`analyze_page`
     only, else `None`). `NotFound` for an unknown id."""
     one = select(*jobs.c, KIND.label("kind")).where(jobs.c.id == job_id).cte("one")
-    row = conn.execute(with_labels(one)).first()
+    row = conn.execute(with_labels(one).add_columns(one.c.payload)).first()
     if row is None:
         raise NotFound(f"no job {job_id}")
     return {

@@ -12,6 +12,7 @@ from sqlalchemy import Engine
 
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
 from manga_page_analysis.pages import PageRefused, add_page, ensure_chapter
+from manga_page_analysis.pages.adding import MAX_TITLE_CHARS, check_text
 from manga_page_analysis.repos.catalog import create_manga, has_chapter, newest_manga_titled
 from manga_page_analysis.storage import LocalStorage, Storage
 
@@ -90,6 +91,7 @@ def import_folder(
     not be told apart.
     """
     store = LocalStorage(storage) if isinstance(storage, Path) else storage
+    check_text(title, "the manga's title", max_chars=MAX_TITLE_CHARS)  # PageRefused, a ValueError
     candidates, skipped = _candidates(folder)
     with engine.begin() as conn:
         manga_id = None if new_manga else newest_manga_titled(conn, title)

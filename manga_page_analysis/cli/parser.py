@@ -242,9 +242,10 @@ def build_parser() -> UsageParser:
         "copy",
         help="copy the page images of a folder into an S3-compatible bucket, verified",
         description="Copy every image the pages table references from a local folder into "
-        "an S3-compatible bucket, with its page's content type, and verify each one (size "
-        "and SHA-256 as the store reports them). Objects already there and verified are "
-        "skipped: run it again to resume. Endpoint, region and credentials come from the "
+        "an S3-compatible bucket, with its page's content type, and verify each one (its "
+        "bytes read back and compared). Objects already there with the same bytes are "
+        "skipped: run it again to resume; a different object under the same key is left "
+        "alone (and counted failed) unless --overwrite. Endpoint, region and credentials come from the "
         "AWS_* variables or a profile (AWS_ENDPOINT_URL for a store that is not AWS). Exit "
         "0 when every referenced image is in the bucket, 1 when some are missing from the "
         "folder or failed (each is named on stderr), 2 on bad usage.",
@@ -266,6 +267,11 @@ def build_parser() -> UsageParser:
         type=copy_jobs_arg,
         default=DEFAULT_COPY_JOBS,
         help=f"objects copied at once, 1-64 (default {DEFAULT_COPY_JOBS})",
+    )
+    copy.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an object already in the bucket whose bytes differ from the file's",
     )
     copy.set_defaults(copy_parser=copy)
 

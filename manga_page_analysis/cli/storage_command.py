@@ -34,7 +34,7 @@ def storage_copy_command(settings: Settings, args: argparse.Namespace) -> int:
     target = S3Storage(to, max_pool_connections=args.jobs)
     engine = make_engine(settings, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS})
     try:
-        report = copy_store(engine, source, target, jobs=args.jobs)
+        report = copy_store(engine, source, target, jobs=args.jobs, overwrite=args.overwrite)
     finally:
         engine.dispose()
     print(

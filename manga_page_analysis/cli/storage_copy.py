@@ -1,15 +1,16 @@
 """`storage copy`: move a local store (a `STORAGE_ROOT` folder) into an S3-compatible bucket.
 
 What is copied is what the `pages` table references, each object with its page's content
-type (a file on disk has none to give) and verified after the write: its size and SHA-256
-as the store reports them must be the file's. Objects already in the bucket and verified
-the same way are skipped, so a run that was interrupted (or failed on some objects) is
-simply run again. Files under the folder that no page references are left behind.
+type (a file on disk has none to give) and verified after the write: its bytes, read
+back, must be the file's (the store's size and `x-amz-meta-sha256` are metadata anyone
+can write, not proof). An object already in the bucket with the file's bytes is skipped,
+so a run that was interrupted (or failed on some objects) is simply run again; one with
+other bytes is left alone and counted failed, unless `overwrite`. Files under the folder
+that no page references are left behind.
 """
 
 from __future__ import annotations
 
-import hashlib
 import mimetypes
 import sys
 from collections import Counter
@@ -22,7 +23,7 @@ from typing import Final, Literal, TextIO
 from sqlalchemy import Engine, func, select
 
 from manga_page_analysis.cli.parser import DEFAULT_COPY_JOBS
-from manga_page_analysis.errors import ObjectNotFound, StorageError
+from manga_page_analysis.errors import ObjectNotFound, ObjectTooLarge, StorageError
 from manga_page_analysis.models import Page
 from manga_page_analysis.storage import LocalStorage
 from manga_page_analysis.storage.s3 import S3Storage
@@ -56,14 +57,16 @@ def copy_store(
     *,
     jobs: int = DEFAULT_COPY_JOBS,
     problems: TextIO = sys.stderr,
+    overwrite: bool = False,
 ) -> CopyReport:
     """Copy every object the `pages` table references from `source` to `target`; each
-    missing or failed one is named on `problems`, one line each."""
+    missing or failed one is named on `problems`, one line each. A different object
+    already under a key is replaced only with `overwrite`."""
     counts: Counter[str] = Counter()
 
     def copy_one(item: tuple[str, str | None]) -> Outcome:
         key, content_type = item
-        outcome, why = _copy(source, target, key, content_type)
+        outcome, why = _copy(source, target, key, content_type, overwrite=overwrite)
         if why:
             print(f"{outcome}: {key}: {why}", file=problems, flush=True)
         return outcome
@@ -89,7 +92,12 @@ def _referenced_keys(engine: Engine) -> Iterator[tuple[str, str | None]]:
 
 
 def _copy(
-    source: LocalStorage, target: S3Storage, key: str, content_type: str | None
+    source: LocalStorage,
+    target: S3Storage,
+    key: str,
+    content_type: str | None,
+    *,
+    overwrite: bool,
 ) -> tuple[Outcome, str]:
     try:
         with source.open(key) as stream:
@@ -98,22 +106,32 @@ def _copy(
         return "missing", f"no file under {source.root}"
     except (StorageError, OSError) as exc:
         return "failed", str(exc)
-    checksum = hashlib.sha256(data).hexdigest()
     try:
-        if _verified(target, key, len(data), checksum):
+        same = _holds(target, key, data)
+        if same:
             return "present", ""
+        if same is not None and not overwrite:
+            return (
+                "failed",
+                "a different object is already under this key (--overwrite replaces it)",
+            )
         target.write_bytes(
             key,
             data,
             content_type=content_type or mimetypes.guess_type(key)[0] or "application/octet-stream",
         )
-        if not _verified(target, key, len(data), checksum):
-            return "failed", "the stored object's size or SHA-256 differs from the file's"
+        if not _holds(target, key, data):
+            return "failed", "the stored object's bytes, read back, differ from the file's"
     except StorageError as exc:
         return "failed", str(exc)
     return "copied", ""
 
 
-def _verified(target: S3Storage, key: str, size: int, checksum: str) -> bool:
-    info = target.describe(key)
-    return info is not None and info.size == size and info.sha256 == checksum
+def _holds(target: S3Storage, key: str, data: bytes) -> bool | None:
+    """Whether the object under `key` has exactly the bytes `data` (`None`: no object)."""
+    try:
+        return target.read_bytes(key, len(data)) == data
+    except ObjectNotFound:
+        return None
+    except ObjectTooLarge:
+        return False

@@ -27,11 +27,20 @@ from manga_page_analysis.errors import (
     PageExists,
     PageRefused,
 )
-from manga_page_analysis.pages.adding import KEY_PREFIX, AddedPage, add_page
+from manga_page_analysis.pages.adding import (
+    KEY_PREFIX,
+    MAX_CHAPTER_NUMBER,
+    MAX_TITLE_CHARS,
+    AddedPage,
+    add_page,
+    check_text,
+)
 from manga_page_analysis.repos import catalog
 
 __all__ = [
     "KEY_PREFIX",
+    "MAX_CHAPTER_NUMBER",
+    "MAX_TITLE_CHARS",
     "AddedPage",
     "ImageTooLarge",
     "NoSuchChapter",
@@ -49,10 +58,14 @@ __all__ = [
 def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> uuid.UUID:
     """The id of the manga the host knows as (`source_id`, `source_key`),
     created with `title` when there is none; an existing manga keeps its
-    title. Safe under concurrent calls: one manga per pair."""
+    title. Safe under concurrent calls: one manga per pair. `PageRefused` (a
+    `ValueError`) for an empty key, text Postgres cannot store, or a title
+    longer than `MAX_TITLE_CHARS`."""
     for name, value in (("source_id", source_id), ("source_key", source_key)):
         if not isinstance(value, str) or not value:
-            raise ValueError(f"{name} must be a non-empty string")
+            raise PageRefused(f"{name} must be a non-empty string")
+        check_text(value, name, max_chars=MAX_TITLE_CHARS)
+    check_text(title, "the manga's title", max_chars=MAX_TITLE_CHARS)
     return catalog.ensure_manga(conn, source_id=source_id, source_key=source_key, title=title)
 
 
@@ -62,17 +75,26 @@ def ensure_chapter(
 ) -> uuid.UUID:
     """The id of chapter `number` (`10.5` is a chapter) of the manga, created
     with `title` when there is none; an existing chapter keeps its title.
-    Safe under concurrent calls. `NoSuchManga` when `manga_id` is no manga."""
-    return catalog.ensure_chapter(conn, manga_id, number=_chapter_number(number), title=title)
+    Safe under concurrent calls. `NoSuchManga` when `manga_id` is no manga;
+    `PageRefused` (a `ValueError`) for a number outside 0..`MAX_CHAPTER_NUMBER`
+    or a title as `ensure_manga` refuses it."""
+    parsed = _chapter_number(number)
+    check_text(title, "the chapter's title", max_chars=MAX_TITLE_CHARS)
+    return catalog.ensure_chapter(conn, manga_id, number=parsed, title=title)
 
 
 def _chapter_number(number: Decimal | int | str) -> Decimal:
     if isinstance(number, bool) or not isinstance(number, Decimal | int | str):
-        raise ValueError(f"a chapter number is a Decimal, an int or a str, not {number!r}")
+        raise PageRefused(f"a chapter number is a Decimal, an int or a str, not {number!r}"[:200])
+    if isinstance(number, str) and len(number) > 40:
+        raise PageRefused(f"{number[:40]!r}... is not a chapter number")
     try:
         parsed = Decimal(number)
     except ArithmeticError:
-        raise ValueError(f"{number!r} is not a chapter number") from None
-    if not parsed.is_finite():
-        raise ValueError(f"{number!r} is not a chapter number")
+        raise PageRefused(f"{number!r} is not a chapter number"[:200]) from None
+    # Checked in Decimal, never as a float: `1e1000000` is out of range, not infinite.
+    if not parsed.is_finite() or not 0 <= parsed <= MAX_CHAPTER_NUMBER:
+        raise PageRefused(
+            f"a chapter number is from 0 to {MAX_CHAPTER_NUMBER}, not {str(number)[:40]}"
+        )
     return parsed

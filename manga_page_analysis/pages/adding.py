@@ -17,17 +17,31 @@ from sqlalchemy import Connection
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_BYTES
 from manga_page_analysis.db import Conn
 from manga_page_analysis.dberrors import outage_raises_unavailable
-from manga_page_analysis.errors import ImageTooLarge, NotAnImage, ObjectTooLarge, PageRefused
+from manga_page_analysis.errors import (
+    ImageTooLarge,
+    NotAnImage,
+    ObjectTooLarge,
+    PageRefused,
+    StorageKeyError,
+)
 from manga_page_analysis.pages.cleanup import delete_on_rollback
 from manga_page_analysis.pages.image_format import check_image
 from manga_page_analysis.queue.requests import request_analysis
 from manga_page_analysis.repos.catalog import insert_page
-from manga_page_analysis.storage import Storage, read_capped
+from manga_page_analysis.storable import INT4_MAX, unstorable_text
+from manga_page_analysis.storage import Storage, check_key, read_capped
 
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX: Final = "pages"
 """Objects `add_page` stores are named `pages/<chapter id>/<page id>.<extension>`."""
+
+MAX_TITLE_CHARS: Final = 500
+"""Longest manga or chapter title (and host key) stored: a title is shown in every
+job label and event; a crawler's 1 MB "title" would make each admin poll megabytes.
+Real titles, even light-novel ones, stay well under 300 characters."""
+MAX_CHAPTER_NUMBER: Final = 1_000_000
+"""Largest chapter number (chapters are numbered from 0, a prologue)."""
 
 OnRollback = Callable[[str, uuid.UUID], None]
 """Told the key of an object just written for the page id: delete it should the
@@ -75,6 +89,12 @@ def page_image(
     if storage_key is not None:
         if not isinstance(storage_key, str) or not storage_key:
             raise ValueError("storage_key must be a non-empty string")
+        try:
+            check_key(storage_key)
+        except StorageKeyError as exc:
+            raise PageRefused(str(exc)) from None
+        if content_type is not None:
+            check_text(content_type, "content_type", max_chars=MAX_TITLE_CHARS)
         return PageImage(None, content_type, None, storage_key)
     if file is not None:
         data = read_file(Path(file), max_bytes)
@@ -88,8 +108,24 @@ def page_image(
 
 
 def check_page_number(number: int) -> None:
+    """`PageRefused` (a `ValueError`) unless `number` is an int from 1 to 2**31-1
+    (the column's range: checked here, so no database error breaks the transaction)."""
     if isinstance(number, bool) or not isinstance(number, int):
-        raise ValueError(f"a page number is an int, not {number!r}")
+        raise PageRefused(f"a page number is an int, not {number!r}"[:200])
+    if not 1 <= number <= INT4_MAX:
+        raise PageRefused(f"a page number is from 1 to {INT4_MAX}, not {number}"[:200])
+
+
+def check_text(value: str, what: str, *, max_chars: int | None = None) -> None:
+    """`PageRefused` (a `ValueError`) for text Postgres cannot store (a NUL character,
+    a lone surrogate) or longer than `max_chars`."""
+    if not isinstance(value, str):
+        raise PageRefused(f"{what} must be a str, not {type(value).__name__}")
+    reason = unstorable_text(value)
+    if reason is not None:
+        raise PageRefused(f"{what} refused: {reason}")
+    if max_chars is not None and len(value) > max_chars:
+        raise PageRefused(f"{what} is {len(value)} characters, more than {max_chars}")
 
 
 def read_file(path: Path, max_bytes: int) -> bytes:

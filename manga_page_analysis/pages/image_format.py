@@ -22,11 +22,10 @@ _CONTENT_TYPES: Final = {
     "WEBP": ("image/webp", "webp"),
     "GIF": ("image/gif", "gif"),
     "BMP": ("image/bmp", "bmp"),
-    "TIFF": ("image/tiff", "tif"),
 }
-"""Content type and extension per Pillow format; other formats Pillow reads
-get its `Image.MIME` type (or `application/octet-stream`) and their format's
-name as extension."""
+"""Content type and extension per Pillow format: the formats a browser shows (the
+admin page shows the page's image). Others Pillow reads (TIFF, TGA, PCX...) are
+refused: the admin could only offer them as a download."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +42,7 @@ def check_image(
     """`data` decoded to prove it is an image: `ImageTooLarge` past `max_bytes`
     or past `max_pixels` (or Pillow's `Image.MAX_IMAGE_PIXELS`, when lower;
     checked from the header, before decoding), `NotAnImage` when Pillow cannot
-    decode it."""
+    decode it or a browser could not show it (`_CONTENT_TYPES`)."""
     if len(data) > max_bytes:
         raise ImageTooLarge(
             f"page image is {len(data)} bytes, more than the cap of {max_bytes} bytes"
@@ -66,8 +65,10 @@ def check_image(
         raise ImageTooLarge(f"page image refused as a decompression bomb: {exc}") from exc
     except Exception as exc:
         raise NotAnImage(f"page data is not an image: {undecodable(exc, source_format)}") from exc
-    content_type, extension = _CONTENT_TYPES.get(
-        source_format,
-        (Image.MIME.get(source_format, "application/octet-stream"), source_format.lower()),
-    )
+    if source_format not in _CONTENT_TYPES:
+        raise NotAnImage(
+            f"page image is {source_format}, which a browser cannot show; "
+            "convert it to PNG, JPEG, WebP, GIF or BMP"
+        )
+    content_type, extension = _CONTENT_TYPES[source_format]
     return CheckedImage(content_type, extension, width, height)

@@ -12,8 +12,9 @@ from typing import Any, Final
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.dberrors import outage_raises_unavailable
-from manga_page_analysis.queue.kinds import Payload, check_kind_name
+from manga_page_analysis.queue.kinds import Payload, check_kind_name, payload_json
 from manga_page_analysis.queue.table import run
+from manga_page_analysis.storable import INT4_MAX
 
 # Columns left out take their server defaults, so the defaults live in one
 # place (the schema): each statement comes in up to four forms, one per set
@@ -61,8 +62,8 @@ def _check_kinds(payloads: Sequence[Payload]) -> None:
 
 
 def _options(scheduled_at: datetime | None, max_attempts: int | None) -> dict[str, Any]:
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError("max_attempts must be at least 1")
+    if max_attempts is not None and not 1 <= max_attempts <= INT4_MAX:
+        raise ValueError(f"max_attempts must be from 1 to {INT4_MAX}, not {max_attempts}")
     options = {"scheduled_at": scheduled_at, "max_attempts": max_attempts}
     return {name: value for name, value in options.items() if value is not None}
 
@@ -76,12 +77,15 @@ def enqueue(
     max_attempts: int | None = None,
 ) -> uuid.UUID | None:
     """Insert a pending job and return its id; `None` when a dedup index skipped it.
-    `ValueError` for a kind name outside the rule of `check_kind_name`."""
+    `ValueError` for a kind name outside the rule of `check_kind_name` or a
+    `max_attempts` outside 1..2**31-1; `PayloadError` for a payload Postgres cannot
+    store (a NUL character, a lone surrogate). Both before any SQL: the caller's
+    transaction stays usable."""
     _check_kinds([payload])
     params = _options(scheduled_at, max_attempts)
     statement = _insert(False, tuple(params))
     job_id = params["id"] = uuid.uuid4()
-    params["payload"] = payload.model_dump_json()
+    params["payload"] = payload_json(payload)
     return job_id if run(conn, statement, params).rowcount else None
 
 
@@ -101,7 +105,9 @@ def enqueue_many(
         return []
     _check_kinds(payloads)
     statement = _insert(True, tuple(params))
-    params["payloads"] = "[" + ",".join(payload.model_dump_json() for payload in payloads) + "]"
+    # Every payload checked before the statement: one bad payload fails the call
+    # with a PayloadError naming it, and the transaction stays usable.
+    params["payloads"] = "[" + ",".join(map(payload_json, payloads)) + "]"
     job_ids: list[uuid.UUID | None] = [None] * len(payloads)
     for ordinal, job_id in run(conn, statement, params).all():
         job_ids[ordinal - 1] = job_id

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic_core import PydanticSerializationError
 
 from manga_page_analysis.errors import PayloadError
+from manga_page_analysis.models import DEDUP_SLOTS, Base
+from manga_page_analysis.storable import json_holds_nul
 
 KIND_NAME_MAX_LENGTH: Final = 64
 """Longest kind name: it is written in every job row and in every wake-up notification."""
@@ -25,6 +28,9 @@ KIND_NAME_MAX_LENGTH: Final = 64
 KIND_NAME_PATTERN: Final = re.compile(r"[a-z][a-z0-9_]*")
 """Kind names: a lower-case letter, then lower-case letters, digits and `_`
 (safe inside SQL literals, index names, log lines and terminals)."""
+
+RESERVED_KIND_NAMES: Final = frozenset({"unknown"})
+"""Names no kind may take: `unknown` is the admin's own bucket for rows with no kind."""
 
 
 def check_kind_name(name: object) -> str:
@@ -54,6 +60,27 @@ class Payload(BaseModel):
     def to_json(self) -> dict[str, Any]:
         """The wire/storage form: plain JSON types, `kind` included."""
         return self.model_dump(mode="json")
+
+
+def payload_json(payload: Payload) -> str:
+    """The JSON text stored for `payload`. `PayloadError` when Postgres could not
+    store it (a NUL character, common in scraped text, or a lone surrogate, which
+    is no UTF-8): refused before any SQL, so the caller's transaction stays usable."""
+    try:
+        text = payload.model_dump_json()
+    except PydanticSerializationError as exc:
+        # pydantic cannot encode a surrogate as UTF-8: that is the only way dumping
+        # a validated model fails.
+        raise PayloadError(
+            f"{payload.kind} payload refused: it holds text that is no UTF-8 "
+            f"(a lone surrogate): {str(exc)[:200]}"
+        ) from None
+    if json_holds_nul(text):
+        raise PayloadError(
+            f"{payload.kind} payload refused: it holds a NUL character (\\u0000), "
+            "which Postgres cannot store; remove it before enqueueing"
+        )
+    return text
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +125,16 @@ def register_kind(
         raise ValueError(f'{payload.__name__}.kind must be declared `Literal["{name}"] = "{name}"`')
     if (dedup_field is None) != (dedup_index is None):
         raise ValueError("a dedup rule needs both dedup_field and dedup_index")
+    if name in RESERVED_KIND_NAMES:
+        raise ValueError(f"job kind name {name!r} is reserved (the admin's bucket for no kind)")
     for part in (dedup_field, dedup_index):
         if part is not None and not _FIELD_PATTERN.fullmatch(part):
             raise ValueError(f"invalid dedup field or index name {part!r}")
+    if dedup_index is not None and dedup_index in _schema_names(exclude_slot=(name, dedup_field)):
+        raise ValueError(
+            f"dedup_index {dedup_index!r} is the name of one of this package's tables, "
+            "indexes or constraints; choose another"
+        )
     kind = JobKind(name, payload, dedup_field, dedup_index)
     with _lock:
         known = _kinds.get(name)
@@ -111,6 +145,20 @@ def register_kind(
         _kinds[name] = kind
         _adapter = None
     return kind
+
+
+def _schema_names(exclude_slot: tuple[str, str | None]) -> set[str]:
+    """Names of the package's tables, indexes and constraints, but the dedup
+    index of the slot `(kind, field)` itself (the seed's kinds register theirs)."""
+    names: set[str] = {"alembic_version"}
+    for table in Base.metadata.tables.values():
+        names.add(table.name)
+        for item in (*table.indexes, *table.constraints):
+            name = getattr(item, "name", None)
+            if isinstance(name, str):
+                names.add(name)
+    names.difference_update(index for index, slot in DEDUP_SLOTS.items() if slot == exclude_slot)
+    return names
 
 
 def unregister_kind(name: str) -> None:

@@ -131,7 +131,7 @@ def _lease(
             unusable.append((job_id, generation, str(exc)))
             continue
         if attempts <= max_attempts:
-            leases.append(Lease(job_id, payload, attempts, max_attempts, generation))
+            leases.append(Lease(job_id, payload, attempts, max_attempts, generation, len(data)))
             continue
         # Only an expired lease gets here: the worker holding the final
         # attempt stopped without finishing (crash, OOM kill).

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, cast
 
 from sqlalchemy import ColumnElement, Connection, CursorResult, Table, literal_column
@@ -48,6 +48,8 @@ class Lease:
     attempts: int
     max_attempts: int
     lease_generation: int
+    payload_bytes: int = field(default=0, compare=False)
+    """Size of the stored payload's JSON text (the runner bounds its prefetch by it)."""
 
 
 def text_literal(value: str) -> ColumnElement[Any]:

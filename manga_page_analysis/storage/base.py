@@ -2,18 +2,23 @@
 they share, and the rule for keys.
 
 Keys (`pages.storage_key`, relative `/`-separated paths) come from the database
-and are untrusted: an empty one, one with a NUL byte, an absolute one or one
-with a `..` component is refused with `StorageKeyError` by every store.
+and are untrusted: an empty one, one with a NUL byte or a lone surrogate, an
+absolute one, one with a `..` or `.` component, an empty component (`a//b`) or a
+trailing `/`, or one longer than S3's 1,024 bytes is refused with `StorageKeyError`
+by every store. The same key then names the same object in a folder and in
+S3 (which would read `a/` as an empty "folder" object and may fold `a//b` into `a/b`).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import BinaryIO, Final, Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
 
 from manga_page_analysis.errors import ObjectTooLarge, StorageKeyError
 
+MAX_KEY_BYTES: Final = 1024
+"""Longest key, in UTF-8 bytes (S3's limit on an object key, prefix included)."""
 READ_CHUNK_BYTES: Final = 256 * 1024
 """Size of one read while enforcing a byte cap."""
 
@@ -36,7 +41,13 @@ class Storage(Protocol):
         ...
 
 
-def read_capped(stream: BinaryIO, max_bytes: int, *, label: str) -> bytes:
+class Readable(Protocol):
+    """What `read_capped` reads: a binary stream's `read(size)`."""
+
+    def read(self, size: int, /) -> bytes: ...
+
+
+def read_capped(stream: Readable, max_bytes: int, *, label: str) -> bytes:
     """Read `stream` to its end, raising `ObjectTooLarge` (naming `label`) once more
     than `max_bytes` arrive; at most `max_bytes + 1` bytes are ever read."""
     buffer = bytearray()
@@ -77,7 +88,19 @@ def check_key(key: str) -> None:
         raise StorageKeyError(f"storage key {key!r} contains a NUL byte")
     if key.startswith(("/", "\\")) or os.path.isabs(key):
         raise StorageKeyError(f"storage key {key!r} is absolute; keys are relative to the root")
+    try:
+        size = len(key.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise StorageKeyError(f"storage key {key!r} is not valid UTF-8 text") from None
+    if size > MAX_KEY_BYTES:
+        raise StorageKeyError(f"storage key {key[:80]!r}... is longer than {MAX_KEY_BYTES} bytes")
     # A `..` component could still land inside the root after resolution, but no
     # legitimate key needs one, and refusing it up front makes the error clearer.
-    if ".." in key.replace("\\", "/").split("/"):
+    parts = key.replace("\\", "/").split("/")
+    if ".." in parts:
         raise StorageKeyError(f"storage key {key!r} contains a '..' component")
+    if "." in parts or "" in parts:
+        raise StorageKeyError(
+            f"storage key {key!r} has an empty or '.' component (a trailing '/', '//' or "
+            "'/./'): S3 would store or read it as another object"
+        )

@@ -16,7 +16,12 @@ for every worker thread, plus a second client without retries for `readiness()`.
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
+import re
+import socket
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -36,12 +41,20 @@ DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
 """Connect timeout of one request to the store."""
 DEFAULT_READ_TIMEOUT_SECONDS: Final = 30.0
 """Longest silence of the store while answering one request."""
+DEFAULT_READ_DEADLINE_SECONDS: Final = 150.0
+"""Longest whole read of one object, retries and body included: a store that sends a
+byte every 20 s is never silent for `read_timeout`, and would hold a worker (or a web
+thread serving a page's image) for as long as it likes."""
 PROBE_TIMEOUT_SECONDS: Final = 2.0
 """Connect and read timeout of one readiness probe (no retries)."""
 MIN_POOL_CONNECTIONS: Final = 10
 """Connections kept open to the store at least (botocore's default)."""
 CHECKSUM_METADATA: Final = "sha256"
 """User metadata (`x-amz-meta-sha256`) written with every object: its bytes' SHA-256, hex."""
+BUCKET_NAME: Final = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+"""S3's rule for a bucket name: 3 to 63 lower-case letters, digits, `.` and `-`,
+starting and ending with a letter or a digit (and no `..`, no IP address)."""
+_IP_ADDRESS: Final = re.compile(r"\d+\.\d+\.\d+\.\d+")
 PROBE_KEY: Final = ".readiness-probe"
 """The key `readiness()` asks for; it need not exist: any answer below 500 means the store is up."""
 
@@ -67,7 +80,22 @@ class S3Location:
             )
         if not bucket:
             raise ValueError(f"{url!r} names no bucket; expected s3://bucket/prefix")
-        return cls(bucket, prefix.strip("/"))
+        if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket or _IP_ADDRESS.fullmatch(bucket):
+            raise ValueError(
+                f"{bucket[:80]!r} is not a valid bucket name (3 to 63 lower-case letters, "
+                "digits, '.' and '-', starting and ending with a letter or a digit); "
+                "expected s3://bucket/prefix"
+            )
+        prefix = prefix.strip("/")
+        if prefix:
+            try:
+                check_key(prefix)
+            except StorageError as exc:
+                raise ValueError(
+                    f"the prefix of {url[:120]!r} is not a plain path ({exc}); "
+                    "expected s3://bucket/prefix"
+                ) from None
+        return cls(bucket, prefix)
 
     def __str__(self) -> str:
         return f"{S3_SCHEME}{self.bucket}/{self.prefix}".rstrip("/")
@@ -98,11 +126,13 @@ class S3Storage:
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_SECONDS,
         read_timeout: float = DEFAULT_READ_TIMEOUT_SECONDS,
+        read_deadline: float = DEFAULT_READ_DEADLINE_SECONDS,
         client: Any = None,
         probe_client: Any = None,
     ) -> None:
         self.location = S3Location.parse(location) if isinstance(location, str) else location
         self.max_attempts = max_attempts
+        self.read_deadline = read_deadline
         if client is None or probe_client is None:
             import boto3.session
             from botocore.config import Config
@@ -153,8 +183,11 @@ class S3Storage:
     def read_bytes(self, key: str, max_bytes: int) -> bytes:
         """The whole object; `ObjectTooLarge` past `max_bytes` (refused on its announced
         size before any byte is read, and again while streaming), `ObjectNotFound` when
-        there is none, `StorageUnavailable` once the retries for a timeout or a 5xx ran out."""
+        there is none, `StorageUnavailable` once the retries for a timeout or a 5xx ran out,
+        or when the whole read took longer than `read_deadline` (a watchdog then shuts
+        the connection's socket, which ends a receive that is waiting)."""
         check_key(key)
+        deadline = time.monotonic() + self.read_deadline
         response = self._call("get", key, self._client.get_object)
         body = response["Body"]
         try:
@@ -164,13 +197,27 @@ class S3Storage:
                     f"object {key!r} ({size} bytes) exceeds the cap of {max_bytes} bytes"
                 )
             dropped: tuple[type[Exception], ...] = (OSError, *_stream_errors())
+            # botocore's own body is read (it checks the length, and a checksum the
+            # store sends); the watchdog ends it from outside when the time is up.
+            watchdog = _Watchdog(body, deadline - time.monotonic())
+            data = b""
             try:
-                return read_capped(body, max_bytes, label=repr(key))
+                data = read_capped(body, max_bytes, label=repr(key))
             except dropped as exc:
+                if not watchdog.fired.is_set():
+                    self._suspect = True
+                    raise StorageUnavailable(
+                        f"the page store dropped the read of {key!r}: {type(exc).__name__}"
+                    ) from None
+            finally:
+                watchdog.cancel()
+            if watchdog.fired.is_set():
                 self._suspect = True
                 raise StorageUnavailable(
-                    f"the page store dropped the read of {key!r}: {type(exc).__name__}"
-                ) from None
+                    f"the page store sent object {key!r} too slowly: not whole after "
+                    f"{self.read_deadline:g} s"
+                )
+            return data
         finally:
             # Before the end of the body this drops the connection rather than
             # reading on: a 2 GB object costs a reconnect, not a download.
@@ -268,6 +315,35 @@ class S3Storage:
             f"the page store refused to {verb} object {key!r} in {self.location}: "
             f"{code} (HTTP {status})"
         )
+
+
+class _Watchdog:
+    """Shuts the socket under a response body down once `seconds` have passed: a
+    store that sends a byte every 20 s is never silent for `read_timeout`, and a
+    receive waiting on it can only be ended from outside. `fired` says it did."""
+
+    def __init__(self, body: Any, seconds: float) -> None:
+        self.fired = threading.Event()
+        self._socket = _socket_of(body)
+        self._timer = threading.Timer(max(seconds, 0.0), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired.set()
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _socket_of(body: Any) -> socket.socket | None:
+    # botocore's StreamingBody -> urllib3's HTTPResponse -> its connection's socket.
+    connection = getattr(getattr(body, "_raw_stream", None), "_connection", None)
+    sock = getattr(connection, "sock", None)
+    return sock if isinstance(sock, socket.socket) else None
 
 
 _PATH_STYLE: Final = {"addressing_style": "path"}

@@ -9,14 +9,17 @@ handler owns the rest, and bad input never yields a 500.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
@@ -27,6 +30,8 @@ from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.event_stream import EventStream, EventStreams, EventsUnavailable
+from manga_page_analysis.web.page import page_security_policy
+from manga_page_analysis.web.unavailable import bound_lock_waits, cannot_serve
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +44,20 @@ SHOWN_PATH_CHARS: Final = 120
 """A 404 names at most this much of the path it did not find."""
 
 RETRY_AFTER_SECONDS: Final = 5
-"""`Retry-After` of a 503: `api/events` full, or the database away or refusing
-writes (a failover takes seconds)."""
+"""`Retry-After` of every 503 (`api/events` full, the images busy, the database away,
+busy or refusing writes: a failover takes seconds)."""
+
+DEFAULT_MAX_IMAGE_READS: Final = 4
+"""Page images read at once by one mount (each up to `MAX_IMAGE_BYTES` in memory);
+one more is a 503 with `Retry-After`: 60 parallel reads of a 19 MB page peaked at 1.16 GB."""
+
+API_HEADERS: Final = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    # A JSON answer opened as a document runs nothing and loads nothing.
+    "Content-Security-Policy": "default-src 'none'; frame-ancestors 'none'; sandbox",
+}
+"""Headers of every `api/` answer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +109,38 @@ def refusal_response(refusal: Refusal) -> ApiResponse:
     return error_response(refusal.status, refusal.code, refusal.message, challenge)
 
 
+def unavailable_response(message: str) -> ApiResponse:
+    """503 with `Retry-After`: the database (or the image reads) cannot serve now."""
+    retry = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return error_response(503, "unavailable", message, retry)
+
+
+def internal_error_response() -> ApiResponse:
+    """A JSON 500 (the reason is logged, never answered)."""
+    return error_response(500, "internal_error", "the admin API failed; the server log says why")
+
+
 def page_response(method: str, html: str) -> ApiResponse:
     """The admin page at the mount point: GET/HEAD only. It holds no queue
-    data, so it is served without auth; it must not be framed by another site."""
+    data, so it is served without auth; it must not be framed by another site,
+    and runs only its own script (`page_security_policy`)."""
     if method not in ("GET", "HEAD"):
-        return error_response(405, "method_not_allowed", "use GET", {"Allow": "GET"})
-    headers = {"X-Frame-Options": "DENY", "Cache-Control": "no-cache"}
+        return with_api_headers(
+            error_response(405, "method_not_allowed", "use GET", {"Allow": "GET"})
+        )
+    headers = {
+        "X-Frame-Options": "DENY",
+        "Cache-Control": "no-cache",
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        "Content-Security-Policy": page_security_policy(),
+    }
     return ApiResponse(200, html, "text/html; charset=utf-8", headers)
+
+
+def with_api_headers(response: ApiResponse) -> ApiResponse:
+    """`response` with `API_HEADERS` (its own headers win)."""
+    return replace(response, headers={**API_HEADERS, **response.headers})
 
 
 class AdminApi:
@@ -116,7 +158,10 @@ class AdminApi:
         *,
         storage: Storage | None = None,
         max_image_bytes: int | None = None,
+        max_image_reads: int = DEFAULT_MAX_IMAGE_READS,
     ) -> None:
+        if max_image_reads < 1:
+            raise ValueError("max_image_reads must be at least 1")
         self.engine = engine
         self.streams = streams
         self._settings = settings
@@ -124,6 +169,21 @@ class AdminApi:
         self._max_image_bytes = (
             settings.max_image_bytes if max_image_bytes is None else max_image_bytes
         )
+        self.image_reads = threading.BoundedSemaphore(max_image_reads)
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for a view's reads, its lock waits bounded by `LOCK_TIMEOUT`."""
+        with self.engine().connect() as conn:
+            bound_lock_waits(conn)
+            yield conn
+
+    @contextlib.contextmanager
+    def writing(self) -> Iterator[Connection]:
+        """A transaction for a view's writes (committed on success), lock waits bounded."""
+        with self.engine().begin() as conn:
+            bound_lock_waits(conn)
+            yield conn
 
     def image_store(self) -> tuple[Storage, int]:
         """The storage of page images and the cap on one image's bytes."""
@@ -132,11 +192,24 @@ class AdminApi:
         return self._storage, self._max_image_bytes
 
     def handle(self, route: Route, request: ApiRequest) -> ApiResponse:
-        """Answer `request` on `route`: the method (HEAD is GET; else 405, before
-        auth: which methods a route takes is no secret), the auth outcome, the
-        body limit, the origin check of a session's writes, `AdminError` as its
-        JSON error, and a database that cannot be reached or takes no writes
-        (`dberrors.is_outage`) as 503 with `Retry-After`."""
+        """Answer `request` on `route`, always in JSON (but a page's image and the
+        event stream), with `API_HEADERS`: see `_answer`."""
+        try:
+            response = self._answer(route, request)
+        except MemoryError:
+            logger.error("admin API %s %s: out of memory", request.method, request.path)
+            response = unavailable_response("the server is out of memory; try again")
+        except Exception:
+            logger.exception("admin API %s %s failed", request.method, request.path)
+            response = internal_error_response()
+        return with_api_headers(response)
+
+    def _answer(self, route: Route, request: ApiRequest) -> ApiResponse:
+        """The method (HEAD is GET; else 405, before auth: which methods a route
+        takes is no secret), the auth outcome, the body limit, the origin check of
+        a session's writes, `AdminError` as its JSON error, and a database that
+        cannot serve (unreachable, refusing writes in a failover: `dberrors.is_outage`;
+        pool exhausted, a lock wait, out of memory) as 503 with `Retry-After`."""
         method = "GET" if request.method == "HEAD" else request.method.upper()
         view = route.views.get(method)
         if view is None:
@@ -153,18 +226,23 @@ class AdminApi:
             return view(self, request)
         except AdminError as exc:
             return error_response(exc.status, exc.code, str(exc))
+        except PoolTimeout as exc:
+            logger.warning(
+                "admin API %s %s: no database connection free: %s",
+                request.method,
+                request.path,
+                exc,
+            )
+            return unavailable_response("no database connection is free; try again")
         except (DBAPIError, DatabaseUnavailable) as exc:
-            if not is_outage(exc):
+            if not (is_outage(exc) or (isinstance(exc, DBAPIError) and cannot_serve(exc))):
                 raise
             cause = exc.orig if isinstance(exc, DBAPIError) else exc
             logger.warning(
                 "admin API %s %s: database unavailable: %s", request.method, request.path, cause
             )
-            return error_response(
-                503,
-                "unavailable",
-                "the database cannot be reached or takes no writes now (a failover?); try again",
-                {"Retry-After": str(RETRY_AFTER_SECONDS)},
+            return unavailable_response(
+                "the database cannot serve or takes no writes now (a failover?); try again"
             )
 
 
@@ -190,14 +268,14 @@ def _check_length(declared: str | None) -> None:
 
 
 def _stats(api: AdminApi, request: ApiRequest) -> ApiResponse:
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.queue_stats(conn))
 
 
 def _jobs(api: AdminApi, request: ApiRequest) -> ApiResponse:
     query = request.query
     limit = admin.parse_limit(query.get("limit"))
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(
             admin.list_jobs(
                 conn,
@@ -211,7 +289,7 @@ def _jobs(api: AdminApi, request: ApiRequest) -> ApiResponse:
 
 def _retry(api: AdminApi, request: ApiRequest) -> ApiResponse:
     job_id = admin.parse_uuid(request.params["job_id"], "job id")
-    with api.engine().begin() as conn:
+    with api.writing() as conn:
         body = admin.retry_job(conn, job_id)
     logger.info("admin API: job %s retried (%s)", job_id, request.access.who)
     return json_response(body)
@@ -219,46 +297,53 @@ def _retry(api: AdminApi, request: ApiRequest) -> ApiResponse:
 
 def _job(api: AdminApi, request: ApiRequest) -> ApiResponse:
     job_id = admin.parse_uuid(request.params["job_id"], "job id")
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.get_job(conn, job_id))
 
 
 def _cancel(api: AdminApi, request: ApiRequest) -> ApiResponse:
     job_id = admin.parse_uuid(request.params["job_id"], "job id")
-    with api.engine().begin() as conn:
+    with api.writing() as conn:
         return json_response(admin.cancel_job(conn, job_id, who=request.access.who))
 
 
 def _mangas(api: AdminApi, request: ApiRequest) -> ApiResponse:
     limit = admin.parse_limit(request.query.get("limit"))
     cursor = request.query.get("cursor") or None
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.list_mangas(conn, limit=limit, cursor=cursor))
 
 
 def _manga(api: AdminApi, request: ApiRequest) -> ApiResponse:
     manga_id = admin.parse_uuid(request.params["manga_id"], "manga id")
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.get_manga(conn, manga_id))
 
 
 def _chapter(api: AdminApi, request: ApiRequest) -> ApiResponse:
     chapter_id = admin.parse_uuid(request.params["chapter_id"], "chapter id")
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.get_chapter(conn, chapter_id))
 
 
 def _page(api: AdminApi, request: ApiRequest) -> ApiResponse:
     page_id = admin.parse_uuid(request.params["page_id"], "page id")
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.get_page(conn, page_id))
 
 
 def _image(api: AdminApi, request: ApiRequest) -> ApiResponse:
     page_id = admin.parse_uuid(request.params["page_id"], "page id")
     storage, max_bytes = api.image_store()
-    with api.engine().connect() as conn:
-        data, content_type = admin.get_page_image(conn, storage, page_id, max_bytes=max_bytes)
+    if not api.image_reads.acquire(blocking=False):
+        return unavailable_response("too many page images are being read at once; try again")
+    try:
+        with api.reading() as conn:
+            key = admin.page_image_key(conn, page_id)
+        # Read outside the transaction: no pooled connection waits on the store.
+        data, content_type = admin.read_page_image(storage, page_id, key, max_bytes=max_bytes)
+    finally:
+        api.image_reads.release()
     # nosniff: what is not an image is served as bytes and stays bytes.
     headers = {"Cache-Control": "private, no-cache", "X-Content-Type-Options": "nosniff"}
     return ApiResponse(200, data, content_type, headers)
@@ -266,14 +351,14 @@ def _image(api: AdminApi, request: ApiRequest) -> ApiResponse:
 
 def _get_analysis(api: AdminApi, request: ApiRequest) -> ApiResponse:
     page_id = admin.parse_uuid(request.params["page_id"], "page id")
-    with api.engine().connect() as conn:
+    with api.reading() as conn:
         return json_response(admin.get_page_analysis(conn, page_id))
 
 
 def _post_analysis(api: AdminApi, request: ApiRequest) -> ApiResponse:
     page_id = admin.parse_uuid(request.params["page_id"], "page id")
     force = admin.parse_force_body(request.read_body())
-    with api.engine().begin() as conn:
+    with api.writing() as conn:
         return json_response(admin.request_page_analysis(conn, page_id, force=force), status=202)
 
 

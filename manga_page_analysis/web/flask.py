@@ -17,6 +17,7 @@ from manga_page_analysis.db import connect_kwargs
 from manga_page_analysis.storage import Storage
 from manga_page_analysis.web.api import (
     ALL_METHODS,
+    DEFAULT_MAX_IMAGE_READS,
     ROUTES,
     AdminApi,
     ApiRequest,
@@ -45,6 +46,7 @@ def admin_blueprint(
     storage: Storage | None = None,
     max_image_bytes: int | None = None,
     settings: Settings | None = None,
+    max_image_reads: int = DEFAULT_MAX_IMAGE_READS,
 ) -> Blueprint:
     """The admin blueprint; every keyword is in docs/embedding.md.
 
@@ -68,6 +70,7 @@ def admin_blueprint(
         settings if settings is not None else Settings(),
         storage=storage,
         max_image_bytes=max_image_bytes,
+        max_image_reads=max_image_reads,
     )
     blueprint = Blueprint(name, __name__)
     blueprint.event_streams = streams  # type: ignore[attr-defined]  # for hosts and tests

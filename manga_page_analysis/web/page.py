@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import functools
+import hashlib
 import html
+import re
 from importlib import resources
 
 
@@ -29,3 +32,24 @@ def admin_page_html(*, login_url: str | None = None, token_accepted: bool = True
     if not token_accepted:
         tags += '<meta name="page-analysis-token" content="none">\n'
     return _template().replace("</head>", tags + "</head>", 1)
+
+
+@functools.cache
+def page_security_policy() -> str:
+    """The page's `Content-Security-Policy`: its own inline script(s) only (by
+    hash, computed from the template, so an edit of the page keeps working),
+    fetches to its own origin, images from its own blobs; no framing, no plugin,
+    no form posting elsewhere. Inline styles are allowed: the page positions
+    boxes and bars with `style` attributes."""
+    scripts = re.findall(r"<script>(.*?)</script>", _template(), flags=re.DOTALL)
+    hashes = " ".join(
+        "'sha256-" + base64.b64encode(hashlib.sha256(body.encode()).digest()).decode() + "'"
+        for body in scripts
+    )
+    script_sources = hashes or "'none'"
+    return (
+        "default-src 'none'; "
+        f"script-src {script_sources}; "
+        "style-src 'unsafe-inline'; img-src 'self' blob: data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )

@@ -315,9 +315,9 @@ def test_a_page_s_image_is_served_with_its_type_capped_and_never_by_path(
     assert image.status_code == 200 and image.data == PNG
     assert image.mimetype == "image/png"
     assert image.headers["X-Content-Type-Options"] == "nosniff"
-    # Not an image: served as bytes, never as what it claims to be.
-    other = client.get(f"{PREFIX}/api/pages/{html_page}/image", headers=AUTH)
-    assert other.status_code == 200 and other.mimetype == "application/octet-stream"
+    # Not an image a browser shows: not served at all, never as what it claims to be.
+    other = _error(client.get(f"{PREFIX}/api/pages/{html_page}/image", headers=AUTH), 415)
+    assert other["code"] == "unsupported_media_type"
     # Over the cap (1000 bytes here), or missing: 404, and the key is not told.
     too_big = _error(client.get(f"{PREFIX}/api/pages/{big_page}/image", headers=AUTH), 404)
     assert "Frieren/3.png" not in too_big["message"]

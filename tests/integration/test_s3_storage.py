@@ -97,6 +97,20 @@ def test_an_object_over_the_cap_is_refused_before_its_body_is_downloaded(
     assert storage.read_bytes("huge.png", max_bytes=large) == bytes(large)  # the pool recovered
 
 
+def test_a_store_that_drips_gives_up_at_the_whole_read_deadline(
+    proxy: TcpProxy, bucket: str
+) -> None:
+    # Never silent for read_timeout (a byte every 0.2 s), so only the deadline ends the read:
+    # 20 KB at that pace would take more than an hour.
+    storage = S3Storage(f"s3://{bucket}", read_timeout=5, read_deadline=2)
+    storage.write_bytes("slow.png", bytes(20_000), content_type="image/png")
+    proxy.drip(0.2, after=2048)  # the answer's head and its first bytes flow
+    with pytest.raises(StorageUnavailable, match=r"too slowly: not whole after 2 s"):
+        storage.read_bytes("slow.png", max_bytes=10**6)
+    proxy.drip(None)
+    assert storage.read_bytes("slow.png", max_bytes=10**6) == bytes(20_000)
+
+
 def test_a_503_store_is_retried_then_fails_the_attempt_and_the_probe_says_so(
     proxy: TcpProxy, bucket: str
 ) -> None:

@@ -5,6 +5,7 @@ local store into a bucket a worker then reads. SeaweedFS is the real store
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import subprocess
@@ -237,17 +238,30 @@ def test_storage_copy_moves_the_sample_manga_into_a_bucket_verified_and_resumabl
         assert stored["Body"].read() == local.read_bytes()
         assert stored["ContentType"] == "image/png"
 
-    # Resumable: one object gone, one replaced by other bytes, one file missing locally.
+    # Resumable: one object gone, one replaced by other bytes, one file missing locally,
+    # and one replaced by bytes of the same size under a forged checksum.
     client.delete_object(Bucket=bucket, Key=keys[0])
     client.put_object(Bucket=bucket, Key=keys[1], Body=b"not the page")
     (local_store_of_the_sample / keys[2].removeprefix("moved/")).unlink()
-    again = _storage_copy(
-        {**env, "STORAGE_URL": to, "STORAGE_ROOT": str(local_store_of_the_sample)}
+    genuine = (local_store_of_the_sample / keys[3].removeprefix("moved/")).read_bytes()
+    client.put_object(
+        Bucket=bucket,
+        Key=keys[3],
+        Body=genuine[::-1],
+        Metadata={"sha256": hashlib.sha256(genuine).hexdigest()},
     )
+    copy_env = {**env, "STORAGE_URL": to, "STORAGE_ROOT": str(local_store_of_the_sample)}
+    again = _storage_copy(copy_env)
     assert again.returncode == 1
-    assert "2 copied, 3 already there, 1 missing from the folder, 0 failed" in again.stdout
+    # The bytes are compared, not the store's metadata; a different object stays unless told.
+    assert "1 copied, 2 already there, 1 missing from the folder, 2 failed" in again.stdout
     assert f"missing: {keys[2].removeprefix('moved/')}" in again.stderr
+    assert again.stderr.count("a different object is already under this key") == 2
+    assert client.get_object(Bucket=bucket, Key=keys[1])["Body"].read() == b"not the page"
     assert s3_env.secret_key not in again.stdout + again.stderr
+    forced = _storage_copy(copy_env, "--overwrite")
+    assert "2 copied, 3 already there, 1 missing from the folder, 0 failed" in forced.stdout
+    assert client.get_object(Bucket=bucket, Key=keys[3])["Body"].read() == genuine
 
     # A worker with only the bucket analyses the pages whose images made it.
     with harness.engine.begin() as conn:

@@ -33,7 +33,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"queue", "repos"},
         {"migrations"},
         {"db"},
-        {"config", "devdb", "models", "dberrors", "online_ddl"},
+        {"config", "devdb", "models", "dberrors", "online_ddl", "storable"},
         {"storage"},
         {"errors"},
     ],

@@ -17,7 +17,6 @@ from tests.worker_support import png_bytes
         ("WEBP", "image/webp", "webp"),
         ("GIF", "image/gif", "gif"),
         ("BMP", "image/bmp", "bmp"),
-        ("TIFF", "image/tiff", "tif"),
     ],
 )
 def test_the_content_type_comes_from_the_decoded_format(fmt, content_type, extension):
@@ -36,3 +35,9 @@ def test_pixels_past_the_limit_are_refused_before_decoding():
 def test_a_text_file_named_like_an_image_is_not_one():
     with pytest.raises(NotAnImage, match="not an image Pillow can read"):
         check_image(b"hello, world\n" * 10, max_bytes=10**6)
+
+
+@pytest.mark.parametrize("fmt", ["TIFF", "TGA", "PCX"])
+def test_a_format_no_browser_shows_is_refused(fmt):
+    with pytest.raises(NotAnImage, match=f"{fmt}, which a browser cannot show"):
+        check_image(png_bytes(size=(30, 40), fmt=fmt), max_bytes=10**6)

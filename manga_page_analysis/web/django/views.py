@@ -4,6 +4,7 @@ check for a session's writes."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Final
 
@@ -13,7 +14,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, StreamingHt
 from django.middleware.csrf import CsrfViewMiddleware, get_token
 from django.views.decorators.csrf import csrf_exempt
 
-from manga_page_analysis.web.api import ApiRequest, ApiResponse, Route, page_response
+from manga_page_analysis.web.api import (
+    ApiRequest,
+    ApiResponse,
+    Route,
+    internal_error_response,
+    page_response,
+    with_api_headers,
+)
 from manga_page_analysis.web.auth import (
     TOKEN_ACCESS,
     WRONG_TOKEN,
@@ -24,6 +32,8 @@ from manga_page_analysis.web.auth import (
 )
 from manga_page_analysis.web.django.apps import page_analysis_app
 from manga_page_analysis.web.page import admin_page_html
+
+logger = logging.getLogger(__name__)
 
 NO_CREDENTIALS: Final = Refusal(
     401, "unauthorized", "log in as a staff user or send Authorization: Bearer <token>", "Bearer"
@@ -36,10 +46,16 @@ def api_view(route: Route) -> Callable[..., HttpResponseBase]:
     @csrf_exempt  # checked by the API layer for sessions; a bearer token involves no cookie
     def view(request: HttpRequest, **params: str) -> HttpResponseBase:
         app = page_analysis_app()
+        try:
+            # A session store that fails (its database down) is a JSON answer too.
+            access = check_access(request, app.settings.admin_token)
+        except Exception:
+            logger.exception("admin API %s %s: access check failed", request.method, request.path)
+            return _response(with_api_headers(internal_error_response()))
         api_request = ApiRequest(
             method=str(request.method),
             path=request.path,
-            access=check_access(request, app.settings.admin_token),
+            access=access,
             params=params,
             query={name: values[0] for name, values in request.GET.lists() if values},
             read_body=lambda: request.body,
