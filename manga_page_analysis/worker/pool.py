@@ -129,6 +129,11 @@ class WorkerPool:
             if self._jobs.abandon(job):
                 self._acker.release([job], "given back unrun: the readiness gate closed")
             return
+        if not self._breaker.allows(job.lease.payload.kind):
+            # Leased ahead just before its kind's breaker opened.
+            if self._jobs.abandon(job):
+                self._acker.release([job], "given back unrun: its breaker is open")
+            return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:
             return  # released on shutdown before it started
