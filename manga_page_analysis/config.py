@@ -55,6 +55,17 @@ DEFAULT_SHUTDOWN_GRACE_SECONDS = 25.0
 seconds to a minute, and 25 s leaves a release and exit inside the 30 s a
 container platform (Kubernetes, Docker) waits before it kills."""
 
+DEFAULT_BREAKER_FAILURES = 5
+"""Jobs of one kind failing in a row with one error class (none succeeding) that open a
+worker's breaker: enough that a few bad pages do not, few enough that a sick worker
+gives back the queue after seconds, not after burning it."""
+DEFAULT_BREAKER_PAUSE_SECONDS = 60.0
+"""How long an open breaker leases nothing of its kind before it tries one again."""
+
+StartupChecks = Literal["exit", "wait", "off"]
+"""What `run-worker` does when its start-up checks find the store refusing its
+credentials or the model missing: exit (code 2), wait until they pass, or not check."""
+
 POSTGRES_URL_SCHEMES = ("postgresql+psycopg", "postgresql", "postgres")
 """What `DATABASE_URL` may start with (`postgresql://` and `postgres://` use psycopg 3)."""
 POSTGRES_URL_EXAMPLE = "postgresql+psycopg://user:password@host:5432/dbname"
@@ -138,6 +149,25 @@ class Settings(BaseSettings):
     )
     readiness_poll_seconds: float = Field(
         default=2.0, gt=0, le=MAX_POLL_SECONDS, description="Re-probe interval."
+    )
+    breaker_failures: int = Field(
+        default=DEFAULT_BREAKER_FAILURES,
+        ge=0,
+        le=10_000,
+        description="Jobs of one kind failing in a row with the same error class (none "
+        "succeeding) after which a worker stops leasing that kind for BREAKER_PAUSE_SECONDS; "
+        "0: never.",
+    )
+    breaker_pause_seconds: float = Field(
+        default=DEFAULT_BREAKER_PAUSE_SECONDS,
+        gt=0,
+        le=MAX_TIMEOUT_SECONDS,
+        description="How long an open breaker leases nothing of its kind before trying again.",
+    )
+    startup_checks: StartupChecks = Field(
+        default="exit",
+        description="run-worker's start-up checks of the store's credentials and the model: "
+        "`exit` (code 2) when one fails, `wait` until they pass, or `off`.",
     )
     shutdown_grace_seconds: float = Field(
         default=DEFAULT_SHUTDOWN_GRACE_SECONDS,

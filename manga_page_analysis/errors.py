@@ -26,9 +26,14 @@ class ServiceError(Exception):
 
     `retryable` is `False` for errors no retry can fix: the runner then
     dead-letters the job at once instead of burning its attempts on backoff.
+    `job_at_fault` is `False` for errors the job did not cause (the worker's
+    credentials refused, a store or model server down for everyone, a model that
+    is not there): the runner then gives the job back with its attempt refunded
+    (docs/worker.md, "What is charged to a job").
     """
 
     retryable: bool = True
+    job_at_fault: bool = True
 
 
 class DatabaseUnavailable(ServiceError):
@@ -81,7 +86,18 @@ class ObjectNotFound(StorageError):
 
 class StorageUnavailable(StorageError):
     """The store could not be reached, timed out or answered 5xx, after the store
-    client's own retries: the attempt fails, the job is tried again later."""
+    client's own retries. Not the job's fault: the job is given back, attempt refunded,
+    and the worker leases nothing until the store answers reads again."""
+
+    job_at_fault = False
+
+
+class StorageRefused(StorageError):
+    """The store refused the worker's credentials (401/403: `SignatureDoesNotMatch`,
+    `InvalidAccessKeyId`, `AccessDenied` on a read the worker must be allowed to do),
+    or the configured bucket does not exist: the worker's configuration, not the job."""
+
+    job_at_fault = False
 
 
 class ObjectTooLarge(StorageError):
@@ -94,12 +110,30 @@ class VisionUnavailable(VisionError):
     """The vision server could not be reached or answered with 429/5xx.
 
     Transient: raised for one attempt inside the client's retry loop, and again
-    (naming the last cause) once the client's retries run out.
+    (naming the last cause) once the client's retries run out. Not the job's fault:
+    the job is given back, attempt refunded (a job that keeps meeting it while other
+    jobs succeed is charged: see `worker.breaker`).
     """
+
+    job_at_fault = False
 
 
 class VisionRejected(VisionError):
     """The vision server refused the request with a 4xx other than 429; retrying won't help."""
+
+
+class VisionRefused(VisionRejected):
+    """The vision server (or a proxy before it) refused our credentials (401/403):
+    `VISION_API_KEY` is the worker's configuration, not the job's fault."""
+
+    job_at_fault = False
+
+
+class VisionModelMissing(VisionRejected):
+    """The vision server answered 404: it has no model of the configured name
+    (`VISION_MODEL`), or no chat route at `VISION_URL`. Not the job's fault."""
+
+    job_at_fault = False
 
 
 class VisionCancelled(VisionError):

@@ -11,6 +11,8 @@ Fixture
     `health_url`            f"{url}/health"
     `health_status`         int, default 200; GET /health answers it (set 503 or 500 to fail)
     `health_hits`           int, number of GET /health requests so far
+    `models`                list[str]: the ids GET /v1/models lists (run-worker's start-up
+                            check asks); default the model names the tests and benches use
     `script(*replies)`      queue `Reply`s; each POST /v1/chat/completions takes the next one
     `default`               `Reply` used when the queue is empty; settable; initially
                             `ok_answer(analysis_content())`
@@ -42,7 +44,7 @@ Helpers:
         tags, description, nsfw safe 0.02), top-level keys replaced by `overrides`
     `error_reply(status, message) -> Reply`: an OpenAI-style `{"error": {...}}` body
 
-Other paths answer 404 and are not recorded. The server speaks HTTP/1.1 and
+GET /v1/models lists `models`; other paths answer 404 and are not recorded. The server speaks HTTP/1.1 and
 keeps connections alive, as model servers do (a client that reuses its
 connections shows it in the benchmark); `stop()` closes every open connection,
 so no client keeps a pooled connection to a stopped server.
@@ -69,6 +71,9 @@ import pytest
 
 CHAT_PATH = "/v1/chat/completions"
 HEALTH_PATH = "/health"
+MODELS_PATH = "/v1/models"
+KNOWN_MODELS = ("default", "test-model", "bench-model")
+"""What GET /v1/models lists unless a test says otherwise."""
 _BLOCK_POLL_SECONDS = 0.02
 """A blocked handler waits on the test's event and must also notice a stop; threading
 cannot wait on two events at once, so it re-checks the stop flag this often."""
@@ -141,6 +146,7 @@ class ScriptedVisionServer:
     def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.health_status = 200
         self.health_hits = 0
+        self.models: list[str] = list(KNOWN_MODELS)
         self.default: Reply = ok_answer(analysis_content())
         self.requests: list[dict[str, Any] | None] = []
         self.request_headers: list[dict[str, str]] = []
@@ -343,6 +349,10 @@ class _Handler(BaseHTTPRequestHandler):
             scripted._handler_running(-1)
 
     def _get(self) -> None:
+        if self.path.split("?")[0] == MODELS_PATH:
+            listed = [{"id": name, "object": "model"} for name in self.server.scripted.models]
+            self._send(Reply(body={"object": "list", "data": listed}))
+            return
         if self.path.split("?")[0] != HEALTH_PATH:
             self._send(Reply(status=404, body={"error": "not found"}))
             return

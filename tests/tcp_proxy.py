@@ -17,6 +17,12 @@ and can pause the bytes in flight (a network that stalls without closing).
                            connection, pass the target's bytes one at a time, one
                            every `seconds` (a store that answers, then trickles);
                            `drip(None)` lets them flow again
+    `intercept(rule)`      close every connection; from then on each new one's first
+                           request head (bytes up to the blank line) goes to
+                           `rule(head)`: raw bytes to answer instead (then the
+                           connection closes), or `None` to forward it, marked
+                           `Connection: close` so that every request meets the rule;
+                           `intercept(None)` ends it
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 _CHUNK = 65536
@@ -40,6 +47,7 @@ class TcpProxy:
         self.bytes_from_target = 0
         self._answer: bytes | None = None
         self._drip: tuple[float, int] | None = None
+        self._rule: Callable[[bytes], bytes | None] | None = None
         self._flowing = threading.Event()
         self._flowing.set()
         self._stopping = threading.Event()
@@ -83,6 +91,11 @@ class TcpProxy:
         for sock in self._snapshot():
             _close(sock)
 
+    def intercept(self, rule: Callable[[bytes], bytes | None] | None) -> None:
+        self._rule = rule
+        for sock in self._snapshot():
+            _close(sock)
+
     def _snapshot(self) -> list[socket.socket]:
         with self._lock:
             return list(self._sockets)
@@ -106,6 +119,21 @@ class TcpProxy:
                 client.sendall(response)
             _close(client)
             return
+        first = b""
+        rule = self._rule
+        if rule is not None:
+            first = _read_head(client)
+            head, _, rest = first.partition(b"\r\n\r\n")
+            reply = rule(head)
+            if reply is not None:
+                with contextlib.suppress(OSError):
+                    client.sendall(reply)
+                _close(client)
+                return
+            lines = [
+                line for line in head.split(b"\r\n") if not line.lower().startswith(b"connection:")
+            ]
+            first = b"\r\n".join([*lines, b"Connection: close"]) + b"\r\n\r\n" + rest
         try:
             upstream = socket.create_connection(self._target, timeout=5)
         except OSError:
@@ -114,6 +142,9 @@ class TcpProxy:
             _close(client)
             return
         upstream.settimeout(None)
+        if first:
+            with contextlib.suppress(OSError):
+                upstream.sendall(first)
         with self._lock:
             self._sockets.update((client, upstream))
         threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
@@ -150,6 +181,20 @@ class TcpProxy:
                 _close(sock)
             with self._lock:
                 self._sockets.difference_update((source, sink))
+
+
+def _read_head(client: socket.socket) -> bytes:
+    """Bytes from `client` up to and including the end of a request head (or EOF)."""
+    data = b""
+    with contextlib.suppress(OSError):
+        client.settimeout(5)
+        while b"\r\n\r\n" not in data:
+            chunk = client.recv(_CHUNK)
+            if not chunk:
+                break
+            data += chunk
+        client.settimeout(None)
+    return data
 
 
 def _close(sock: socket.socket) -> None:

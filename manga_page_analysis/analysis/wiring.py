@@ -115,6 +115,8 @@ def analysis_runner(
             leader_lease=timedelta(seconds=settings.leader_lease_seconds),
             reclaim_interval=settings.reclaim_interval_seconds,
             reap_interval=settings.reap_interval_seconds,
+            breaker_failures=settings.breaker_failures,
+            breaker_pause=settings.breaker_pause_seconds,
         )
         failures: list[ServiceError] = []
 
@@ -149,9 +151,15 @@ def _with_storage(probe: Callable[[], Readiness], storage: Storage) -> Callable[
         store = storage.readiness()
         if store.ready:
             return answer
-        return Readiness(ready=False, reason=f"the page store is not answering: {store.reason}")
+        return Readiness(
+            ready=False, reason=store.reason, part=f"page store {_store_name(storage)}"
+        )
 
     return both
+
+
+def _store_name(storage: Storage) -> str:
+    return str(getattr(storage, "name", "") or storage)
 
 
 def _reporting(

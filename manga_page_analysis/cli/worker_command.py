@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import threading
+
+from sqlalchemy import Engine
 
 from manga_page_analysis.cli.migrate_command import migrate_command_text, revision_text
 from manga_page_analysis.cli.output import safe_url
@@ -15,6 +18,8 @@ from manga_page_analysis.db import make_engine
 logger = logging.getLogger("manga_page_analysis.cli")
 
 EXIT_MIGRATIONS_PENDING = 2
+EXIT_MISCONFIGURED = 2
+"""A start-up check found the store refusing the worker's credentials or the model missing."""
 
 
 def _analyzer_label(settings: Settings) -> str:
@@ -59,6 +64,11 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
                     "applying migrations (%s -> revision %s)", revision_text(revision), head
                 )
                 upgrade_head(url, settings.database_schema)
+            if not _configured(settings, engine, graceful.requested):
+                if graceful.requested.is_set():
+                    logger.info("run-worker stopped before it started")
+                    return 0
+                return EXIT_MISCONFIGURED
             if graceful.requested.is_set():
                 logger.info("run-worker stopped before it started")
                 return 0
@@ -88,3 +98,26 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
             return 0
         finally:
             engine.dispose()
+
+
+def _configured(settings: Settings, engine: Engine, stop: threading.Event) -> bool:
+    """The start-up checks (`STARTUP_CHECKS`): `False` when one failed and run-worker
+    is to exit (each problem said in one line), or a stop came while waiting."""
+    if settings.startup_checks == "off":
+        return True
+    from manga_page_analysis.analysis.startup_checks import (
+        hold_until_configured,
+        startup_problems,
+    )
+    from manga_page_analysis.storage import open_storage
+
+    storage = open_storage(settings)
+    if settings.startup_checks == "wait":
+        return hold_until_configured(settings, engine, storage, stop)
+    problems = startup_problems(settings, engine, storage)
+    for problem in problems:
+        logger.error(
+            "run-worker cannot start: %s (or set STARTUP_CHECKS=wait to hold until it is fixed)",
+            problem,
+        )
+    return not problems

@@ -85,6 +85,12 @@ class WorkerMetrics:
             "queue_leader",
             "1 while this process leads the queue's maintenance (reclaiming, reaping), else 0.",
         )
+        self.breaker_open = gauge(
+            "worker_breaker_open",
+            "1 while this worker's breaker for a kind is open (its last jobs of that kind all "
+            "failed the same way: it leases none for a while), else 0.",
+            ["kind"],
+        )
         self.vision_ready = gauge(
             "vision_ready",
             "1 while the vision server's readiness probe answers 2xx, else 0.",
@@ -106,6 +112,7 @@ class WorkerMetrics:
                 self.jobs_completed.labels(kind, outcome)
             self.job_duration.labels(kind)
             self.heartbeats_lost.labels(kind)
+            self.breaker_open.labels(kind).set(0)
 
     # --- RunnerObserver ------------------------------------------------------
 
@@ -120,6 +127,9 @@ class WorkerMetrics:
 
     def leader_changed(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)
+
+    def breaker_changed(self, kind: str, is_open: bool) -> None:
+        self.breaker_open.labels(kind).set(1 if is_open else 0)
 
     # --- VisionObserver ------------------------------------------------------
 

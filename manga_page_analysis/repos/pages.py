@@ -96,3 +96,9 @@ def analysed_page_ids(conn: Conn, page_ids: Sequence[uuid.UUID]) -> set[uuid.UUI
         PageAnalysis.page_id.in_(page_ids), PageAnalysis.status == "done"
     )
     return set(conn.execute(statement).scalars())
+
+
+def some_storage_key(conn: Conn) -> str | None:
+    """The storage key of one page (any), or `None` when there is no page: what a
+    start-up check reads to see that the store lets the worker read page images."""
+    return conn.execute(select(Page.storage_key).limit(1)).scalar()

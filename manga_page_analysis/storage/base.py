@@ -64,10 +64,13 @@ def read_capped(stream: Readable, max_bytes: int, *, label: str) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class StoreReadiness:
-    """A store's answer to `readiness()`: `reason` says why it is not ready."""
+    """A store's answer to `readiness()`: `reason` says why it is not ready; `refused`
+    that the store refused us (credentials, rights, no such bucket): configuration,
+    which waiting will not fix."""
 
     ready: bool
     reason: str = ""
+    refused: bool = False
 
 
 @runtime_checkable

@@ -29,6 +29,7 @@ from manga_page_analysis.errors import (
     ObjectNotFound,
     ObjectTooLarge,
     StorageError,
+    StorageRefused,
     StorageUnavailable,
 )
 from manga_page_analysis.storage.base import StoreReadiness, check_key, read_capped
@@ -56,7 +57,25 @@ BUCKET_NAME: Final = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 starting and ending with a letter or a digit (and no `..`, no IP address)."""
 _IP_ADDRESS: Final = re.compile(r"\d+\.\d+\.\d+\.\d+")
 PROBE_KEY: Final = ".readiness-probe"
-"""The key `readiness()` asks for; it need not exist: any answer below 500 means the store is up."""
+"""The key `readiness()` reads while it knows no page key that was read: it need not exist
+(a 404 `NoSuchKey` proves the store answers and took our signature)."""
+CREDENTIAL_CODES: Final = frozenset(
+    {
+        "SignatureDoesNotMatch",
+        "InvalidAccessKeyId",
+        "InvalidToken",
+        "ExpiredToken",
+        "TokenRefreshRequired",
+        "InvalidSecurity",
+        "AccessDenied",
+        "AllAccessDisabled",
+        "AccountProblem",
+        "Unauthorized",
+        "Forbidden",
+    }
+)
+"""Error codes of a store that refuses the worker (its credentials or its rights), not
+the object asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +189,9 @@ class S3Storage:
         # Whether the store may be down: true until a probe has seen it answer, and again
         # after a request that found it unreachable. While false, `readiness` sends nothing.
         self._suspect = True
+        # The last page object read whole: what `readiness` reads to tell a store whose
+        # data answers from one whose metadata alone does.
+        self._good_key: str | None = None
 
     def __repr__(self) -> str:
         return f"S3Storage({str(self.location)!r})"
@@ -217,6 +239,7 @@ class S3Storage:
                     f"the page store sent object {key!r} too slowly: not whole after "
                     f"{self.read_deadline:g} s"
                 )
+            self._good_key = key
             return data
         finally:
             # Before the end of the body this drops the connection rather than
@@ -258,25 +281,57 @@ class S3Storage:
 
     def readiness(self) -> StoreReadiness:
         """Ready without a request while the store is known to answer (reads succeed);
-        otherwise (before the first probe, after a read found the store unreachable) one
-        HeadObject of `PROBE_KEY`, no retries: any answer below 500 (a 404, or a 403 for
-        credentials that may not list) means the store is up."""
+        otherwise (before the first probe, after a read that found the store down or
+        refusing us) one real read, no retries, 2 s: the first byte of the last page
+        object read, or `PROBE_KEY` before any was (its 404 is a ready answer). A store
+        whose metadata answers while its data does not (half back from a restart) is
+        not ready; one that refuses our credentials says so."""
         if not self._suspect:
             return StoreReadiness(ready=True)
+        answer = self.probe_read(self._good_key)
+        if answer.ready:
+            self._suspect = False
+        return answer
+
+    def probe_read(self, key: str | None = None) -> StoreReadiness:
+        """Read the first byte of `key` (`PROBE_KEY` when `None`) with the probe client
+        (no retries): ready when it arrives, or when the store says there is no such
+        object; not ready, with the reason naming the store, for anything else."""
         from botocore.exceptions import BotoCoreError, ClientError
 
+        asked = key or PROBE_KEY
         try:
-            self._probe_client.head_object(
-                Bucket=self.location.bucket, Key=self.location.object_key(PROBE_KEY)
+            response = self._probe_client.get_object(
+                Bucket=self.location.bucket, Key=self.location.object_key(asked), Range="bytes=0-0"
             )
+            response["Body"].close()
         except ClientError as exc:
-            status = _status(exc)
-            if status is None or status >= 500:
-                return StoreReadiness(ready=False, reason=f"{self.location} answered {status}")
+            error = self._translated(exc, "read", asked)
+            if key is None and _code(exc) == "AccessDenied":
+                # S3 answers a missing key with 403 AccessDenied to credentials that may
+                # not list the bucket: signed correctly, the store took them.
+                return StoreReadiness(ready=True)
+            if isinstance(error, ObjectNotFound):
+                if key is not None and self._good_key == key:
+                    self._good_key = None  # gone since: the next probe reads PROBE_KEY
+                return StoreReadiness(ready=True)
+            refused = isinstance(error, StorageRefused)
+            return StoreReadiness(
+                ready=False, reason=self._probe_reason(exc, error), refused=refused
+            )
         except BotoCoreError as exc:
-            return StoreReadiness(ready=False, reason=f"{self.location}: {type(exc).__name__}")
-        self._suspect = False
+            return StoreReadiness(ready=False, reason=f"unreachable ({type(exc).__name__})")
         return StoreReadiness(ready=True)
+
+    def _probe_reason(self, exc: Any, error: StorageError) -> str:
+        """Why a probe read failed, as the end of a line that begins with the store's name."""
+        status = _status(exc)
+        code = str(exc.response.get("Error", {}).get("Code", "")) or "no error code"
+        if code == "NoSuchBucket":
+            return f"has no bucket {self.location.bucket!r} (STORAGE_URL)"
+        if isinstance(error, StorageRefused):
+            return f"refused our credentials ({status} {code})"
+        return f"answered {status} {code} to a read"
 
     def _call(self, verb: str, key: str, operation: Any, **arguments: Any) -> Any:
         """`operation` on `key`, its botocore errors turned into `StorageError`s."""
@@ -288,7 +343,8 @@ class S3Storage:
             )
         except ClientError as exc:
             error = self._translated(exc, verb, key)
-            self._suspect = self._suspect or isinstance(error, StorageUnavailable)
+            if not error.job_at_fault:
+                self._suspect = True  # readiness reads again before the next lease
             raise error from None
         except BotoCoreError as exc:
             # Connection refused or reset, timeouts: botocore already retried them.
@@ -305,13 +361,16 @@ class S3Storage:
         if code in ("NoSuchKey", "NotFound") or (status == 404 and code != "NoSuchBucket"):
             return ObjectNotFound(f"no object stored under key {key!r} in {self.location}")
         if code == "NoSuchBucket":
-            return StorageError(f"bucket {self.location.bucket!r} does not exist (STORAGE_URL)")
+            return StorageRefused(f"bucket {self.location.bucket!r} does not exist (STORAGE_URL)")
         if status is None or status >= 500 or code in ("SlowDown", "RequestTimeout"):
             return StorageUnavailable(
                 f"cannot {verb} object {key!r} in {self.location}: the page store answered "
                 f"{status} {code} after {tries} tries"
             )
-        return StorageError(
+        refused = (
+            StorageRefused if status in (401, 403) or code in CREDENTIAL_CODES else StorageError
+        )
+        return refused(
             f"the page store refused to {verb} object {key!r} in {self.location}: "
             f"{code} (HTTP {status})"
         )
@@ -354,6 +413,10 @@ def _on_aws(endpoint_url: str) -> bool:
 
     host = urlsplit(endpoint_url).hostname or ""
     return host.endswith((".amazonaws.com", ".amazonaws.com.cn"))
+
+
+def _code(exc: Any) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
 
 
 def _status(exc: Any) -> int | None:

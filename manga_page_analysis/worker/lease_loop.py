@@ -29,6 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from manga_page_analysis.db import channel_name, connect_kwargs, quote_identifier, schema_of
 from manga_page_analysis.queue import WAKEUP_CHANNEL, WAKEUP_KIND_CHARS, Lease, lease_kinds
+from manga_page_analysis.worker.breaker import Breaker
 from manga_page_analysis.worker.dbsession import (
     DatabaseUnavailable,
     DbRetry,
@@ -112,9 +113,11 @@ class LeaseLoop(ThreadService):
         idle_poll: float,
         readiness: ReadinessGate | None,
         holder: str | None,
+        breaker: Breaker | None = None,
         name: str = "worker",
     ) -> None:
         super().__init__(name)
+        self._breaker = breaker
         self._engine = engine
         self._handlers = handlers
         self._holder = holder
@@ -159,12 +162,16 @@ class LeaseLoop(ThreadService):
         # and the next lease would hand out the lost holder's generation again:
         # two holders that fencing could not tell apart.
         session = DbSession(self._engine, self._outage, self.stopped)
-        kinds = list(self._handlers)
+        all_kinds = list(self._handlers)
         try:
             while not self.stopped.is_set():
                 if self._readiness is not None and not self._readiness.wait_ready(self.stopped):
                     return
                 self._wake.clear()
+                kinds = all_kinds if self._breaker is None else self._breaker.leasable(all_kinds)
+                if not kinds:  # every kind's breaker is open: wait for the first pause to end
+                    self._wake.wait(self._breaker_wait())
+                    continue
                 self._want_slot = True  # before counting: a slot freed from now on wakes us
                 free = self.slots() - self._jobs.holding
                 if free <= 0:
@@ -197,6 +204,10 @@ class LeaseLoop(ThreadService):
                     self._wake.wait(self.idle_poll)
         finally:
             session.close()
+
+    def _breaker_wait(self) -> float:
+        left = self._breaker.seconds_to_retry() if self._breaker is not None else None
+        return self.idle_poll if left is None else max(left, 0.01)
 
     def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
         """Lease and load in one transaction.

@@ -111,7 +111,8 @@ class Outcomes:
             self._jobs.remove(job)
 
     def released(self, job: InFlight, written: bool, why: str) -> None:
-        """An abandoned job was given back (`why`), or its lease was already gone."""
+        """A job was given back (`why`): abandoned, or failed through no fault of its
+        own; or its lease was already gone. The job then leaves the registry."""
         try:
             with job_log_context(**job.log_fields):
                 if not written:
@@ -122,6 +123,8 @@ class Outcomes:
                 self.publish("cancelled", job, attempt=job.lease.attempts)
         except Exception:
             logger.exception("could not report the release of job %s", job.lease.id)
+        finally:
+            self._jobs.remove(job)  # an abandoned job has left already: no-op
 
     def lease_lost(self, job: InFlight) -> None:
         with job_log_context(**job.log_fields):

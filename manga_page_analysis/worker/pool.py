@@ -17,6 +17,7 @@ from typing import Any
 
 from manga_page_analysis.errors import DispatchTimeout, ServiceError
 from manga_page_analysis.worker.acker import Acker
+from manga_page_analysis.worker.breaker import Breaker
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
 from manga_page_analysis.worker.outcomes import describe_error
@@ -38,9 +39,11 @@ class WorkerPool:
         workers: int,
         job_timeout: float,
         readiness: ReadinessGate | None,
+        breaker: Breaker | None = None,
         name: str = "worker",
     ) -> None:
         self._jobs = jobs
+        self._breaker = breaker if breaker is not None else Breaker(failures=0)
         self._acker = acker
         self._heartbeat = heartbeat
         self.workers = workers
@@ -126,6 +129,11 @@ class WorkerPool:
             if self._jobs.abandon(job):
                 self._acker.release([job], "given back unrun: the readiness gate closed")
             return
+        if not self._breaker.allows(job.lease.payload.kind):
+            # Leased ahead just before its kind's breaker opened.
+            if self._jobs.abandon(job):
+                self._acker.release([job], "given back unrun: its breaker is open")
+            return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:
             return  # released on shutdown before it started
@@ -148,6 +156,7 @@ class WorkerPool:
                 logger.info("%s: dispatch ended after the job was given up; discarded", job.label)
                 return
             if error is None:
+                self._breaker.succeeded(lease.payload.kind, lease.id)
                 self._acker.put(job, result)
             else:
                 self._failed(job, error)
@@ -160,9 +169,21 @@ class WorkerPool:
         )
         if not isinstance(error, ServiceError):
             logger.error("%s: unexpected error in dispatch", job.label, exc_info=error)
+        kind, job_id = job.lease.payload.kind, job.lease.id
         permanent = getattr(error, "retryable", True) is False  # no retry can fix it
-        self._acker.fail(job, message, permanent=permanent)
+        if getattr(error, "job_at_fault", True) is not False:
+            self._acker.fail(job, message, permanent=permanent)
+        elif self._breaker.charges(kind, job_id):
+            # Given back once for this already, and other jobs of its kind have
+            # succeeded since: the dependency works for them, so the job is the cause.
+            self._acker.fail(job, f"{message} (again, while other jobs succeed)", permanent=False)
+        else:
+            self._breaker.refunded(kind, job_id)
+            self._acker.release(
+                [job], f"failed through no fault of its own ({message}); given back"
+            )
         if self._readiness is not None and not permanent:
-            # A failed attempt may mean the model server just went down: ask it
-            # before the next lease instead of trusting the last ready answer.
+            # A failed attempt may mean the model server or the store just went down:
+            # ask before the next lease instead of trusting the last ready answer.
             self._readiness.recheck()
+        self._breaker.failed(kind, type(error).__name__, message)

@@ -19,7 +19,9 @@ class ProbeAnswer(Protocol):
 
     `reason` says, for people, why it is not ready (`"refused the connection"`,
     `"answered 503: Loading model"`); `starting` is True while that is expected
-    (a model still loading), which is logged at INFO rather than WARNING.
+    (a model still loading), which is logged at INFO rather than WARNING. An answer
+    may also carry `part` (a `str`): the part that is down (`"page store s3://…"`),
+    named in the log line instead of the gate's own name.
     """
 
     @property
@@ -68,6 +70,8 @@ class ReadinessGate:
         """The last probe's answer; `None` before the first probe."""
         self.reason = ""
         """Why the last probe said not ready (empty when ready, or when the probe gave none)."""
+        self.part = ""
+        """What the last probe found down (its answer's `part`, else `name`); empty when ready."""
         self._checked_at = float("-inf")
         self._closed_since = 0.0
         self._reported_at = 0.0
@@ -80,30 +84,32 @@ class ReadinessGate:
                 return True
             answer = self._probe()
             if isinstance(answer, bool):
-                ready, reason, starting = answer, "", False
+                ready, reason, starting, part = answer, "", False, ""
             else:
                 ready, reason, starting = answer.ready, answer.reason, answer.starting
+                part = str(getattr(answer, "part", "") or "")
             now = self._checked_at = self._clock()
             if ready:
                 if self.ready is not True:
                     logger.info("%s is ready; leasing jobs", self.name)
             elif self.ready is not False:
                 self._closed_since = self._reported_at = now
-                self._log_closed(reason, starting, since=None)
+                self._log_closed(part, reason, starting, since=None)
             elif reason != self.reason or now - self._reported_at >= self.remind_seconds:
                 self._reported_at = now
-                self._log_closed(reason, starting, since=now - self._closed_since)
+                self._log_closed(part, reason, starting, since=now - self._closed_since)
             self.ready, self.reason = ready, ("" if ready else reason)
+            self.part = "" if ready else (part or self.name)
             return ready
 
-    def _log_closed(self, reason: str, starting: bool, *, since: float | None) -> None:
+    def _log_closed(self, part: str, reason: str, starting: bool, *, since: float | None) -> None:
         level = logging.INFO if starting else logging.WARNING
         why = f": {reason}" if reason else ""
         still = "" if since is None else f" (for {since:.0f} s)"
         logger.log(
             level,
             "%s is not ready%s%s; leasing nothing, retrying every %g s",
-            self.name,
+            part or self.name,
             why,
             still,
             self.poll_seconds,

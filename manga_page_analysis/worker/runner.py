@@ -11,9 +11,14 @@ from datetime import timedelta
 
 from sqlalchemy import Engine
 
-from manga_page_analysis.config import MAX_RETENTION_DAYS
+from manga_page_analysis.config import (
+    DEFAULT_BREAKER_FAILURES,
+    DEFAULT_BREAKER_PAUSE_SECONDS,
+    MAX_RETENTION_DAYS,
+)
 from manga_page_analysis.queue.kinds import require_kinds
 from manga_page_analysis.worker.acker import Acker
+from manga_page_analysis.worker.breaker import Breaker
 from manga_page_analysis.worker.dbsession import runner_outage
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
@@ -78,6 +83,8 @@ class Runner:
         leader_lease: timedelta = timedelta(seconds=30),
         reclaim_interval: float = 30.0,
         reap_interval: float = 3600.0,
+        breaker_failures: int = DEFAULT_BREAKER_FAILURES,
+        breaker_pause: float = DEFAULT_BREAKER_PAUSE_SECONDS,
     ) -> None:
         if not handlers:
             raise ValueError("a runner needs at least one handler")
@@ -106,6 +113,10 @@ class Runner:
         outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
         self._outcomes = Outcomes(jobs, events, observer)
+        self.breaker = Breaker(
+            failures=breaker_failures, pause=breaker_pause, on_change=self._breaker_changed
+        )
+        """Per kind: stops leasing a kind whose jobs all fail the same way (docs/worker.md)."""
         self.acker = Acker(
             engine, outage, self._outcomes, linger=ack_linger, max_batch=ack_max_batch, name=name
         )
@@ -138,6 +149,7 @@ class Runner:
             workers=workers,
             job_timeout=job_timeout,
             readiness=readiness,
+            breaker=self.breaker,
             name=name,
         )
         self._lease_loop = LeaseLoop(
@@ -152,6 +164,7 @@ class Runner:
             idle_poll=idle_poll,
             readiness=readiness,
             holder=self.runner_id,
+            breaker=self.breaker,
             name=name,
         )
         self.listener = WakeupListener(
@@ -265,6 +278,19 @@ class Runner:
         abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
         if abandoned:
             self.acker.release(abandoned, "released on shutdown")
+
+    def _breaker_changed(self, kind: str, is_open: bool, reason: str) -> None:
+        """A kind's breaker opened (give back what is held of it) or closed."""
+        self._outcomes.notify_observer("breaker_changed", kind, is_open)
+        if not is_open:
+            return
+        held = [
+            job
+            for job in self._jobs.snapshot()
+            if job.lease.payload.kind == kind and self._jobs.abandon(job)
+        ]
+        if held:
+            self.acker.release(held, f"given back: the {kind} breaker opened")
 
     def _give_back_unstarted(self) -> None:
         queued = [

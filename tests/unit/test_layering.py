@@ -38,7 +38,7 @@ LAYERS: dict[str, list[set[str]]] = {
         {"errors"},
     ],
     f"{PACKAGE}.analysis": [
-        {"wiring"},
+        {"wiring", "startup_checks"},
         {"page_handler", "page_events"},
         {"model_server", "reader"},
         {"analyzer"},

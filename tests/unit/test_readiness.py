@@ -103,3 +103,33 @@ def test_an_expected_wait_is_info_and_a_plain_bool_probe_still_works(
     assert plain.check() is True
     assert [level for level, _line in _gate_lines(caplog)] == [logging.WARNING, logging.INFO]
     assert _gate_lines(caplog)[0][1].startswith("thing is not ready; leasing nothing")
+
+
+@dataclass(frozen=True)
+class PartAnswer:
+    ready: bool
+    reason: str = ""
+    starting: bool = False
+    part: str = ""
+
+
+def test_an_answer_that_names_the_part_down_is_logged_under_that_name(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.readiness")
+    answers = [
+        PartAnswer(False, "refused our credentials (403 SignatureDoesNotMatch)", part="page store"),
+        PartAnswer(True),
+    ]
+    gate = ReadinessGate(lambda: answers.pop(0), name="in-process OCR", poll_seconds=2)
+    assert gate.check() is False
+    assert (gate.part, gate.reason) == (
+        "page store",
+        "refused our credentials (403 SignatureDoesNotMatch)",
+    )
+    assert gate.check() is True and gate.part == ""
+    assert _gate_lines(caplog)[0] == (
+        logging.WARNING,
+        "page store is not ready: refused our credentials (403 SignatureDoesNotMatch); "
+        "leasing nothing, retrying every 2 s",
+    )

@@ -28,6 +28,8 @@ from manga_page_analysis.errors import (
     DispatchTimeout,
     VisionCancelled,
     VisionError,
+    VisionModelMissing,
+    VisionRefused,
     VisionRejected,
     VisionUnavailable,
 )
@@ -278,6 +280,56 @@ def test_bad_request_fails_at_once_with_the_servers_message(
         make_client().analyze(page, deadline=soon())
     assert caught.value.status_code == 400
     assert len(vision_server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "error", "said"),
+    [
+        (error_reply(401, "invalid api key"), VisionRefused, "refused our credentials (401: "),
+        (error_reply(403, "forbidden"), VisionRefused, "refused our credentials (403: "),
+        (
+            error_reply(404, "model 'qwen-vl' not found"),
+            VisionModelMissing,
+            "has no model 'qwen-vl'",
+        ),
+        (error_reply(404, "no such route"), VisionModelMissing, "has no chat route there"),
+    ],
+    ids=["401", "403", "404-model", "404-route"],
+)
+def test_refusals_that_are_the_workers_configuration_are_not_the_jobs_fault(
+    vision_server: ScriptedVisionServer,
+    make_client: MakeClient,
+    page: PreparedImage,
+    reply: Reply,
+    error: type[VisionRejected],
+    said: str,
+) -> None:
+    vision_server.script(reply)
+    with pytest.raises(error) as caught:
+        make_client().analyze(page, deadline=soon())
+    assert str(caught.value).startswith(f"model server at {vision_server.url} ")
+    assert said in str(caught.value)
+    assert caught.value.job_at_fault is False
+    assert len(vision_server.requests) == 1  # not retried
+
+
+def test_check_model_asks_the_listing_first_then_one_tiny_request(
+    vision_server: ScriptedVisionServer, make_client: MakeClient
+) -> None:
+    vision_server.models = ["qwen-vl"]
+    assert make_client().check_model() is None
+    assert vision_server.requests == []  # listed: nothing sent to the model
+    vision_server.models = ["something-else"]  # llama-server lists its own name, serves any
+    assert make_client().check_model() is None
+    assert vision_server.requests[-1]["max_tokens"] == 1
+    assert vision_server.requests[-1]["model"] == "qwen-vl"
+    vision_server.default = error_reply(404, "model 'qwen-vl' not found")
+    assert make_client().check_model() == (
+        f"model server at {vision_server.url} has no model 'qwen-vl' "
+        "(404: model 'qwen-vl' not found); check VISION_MODEL and VISION_URL"
+    )
+    vision_server.default = error_reply(503, "Loading model")
+    assert make_client().check_model() is None  # loading is not configuration
 
 
 @pytest.mark.parametrize(

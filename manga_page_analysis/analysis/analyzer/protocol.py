@@ -23,11 +23,13 @@ from manga_page_analysis.repos.page_analysis import AnalysisRecord
 @dataclass(frozen=True, slots=True)
 class Readiness:
     """One readiness probe's answer, a `ProbeAnswer` (`manga_page_analysis.worker.readiness`): `reason` says
-    why it is not ready, and `starting` that this is expected (a model still loading)."""
+    why it is not ready, and `starting` that this is expected (a model still loading);
+    `part` names what is down when it is not the analyzer itself (the page store)."""
 
     ready: bool
     reason: str = ""
     starting: bool = False
+    part: str = ""
 
 
 READY: Readiness = Readiness(ready=True)

@@ -35,6 +35,7 @@ from manga_page_analysis.analysis.model_server.wire import (
     completion_payload,
     error_message,
     is_dropped_connection,
+    rejection,
     transport_reason,
 )
 from manga_page_analysis.config import (
@@ -57,6 +58,8 @@ SCHEMA_NAME: Final = "page_analysis"
 """`response_format.json_schema.name` sent with every request."""
 HEALTH_TIMEOUT_SECONDS: Final = 2.0
 """Connect and read timeout of one readiness probe."""
+MODEL_CHECK_TIMEOUT_SECONDS: Final = 30.0
+"""Read timeout of the start-up check's one-token request (a model may answer slowly)."""
 
 
 class VisionObserver(Protocol):
@@ -132,6 +135,8 @@ class VisionClient:
         self.chat_url = f"{self.base_url}/v1/chat/completions"
         self.health_url = health_url or f"{self.base_url}/health"
         self.name = f"vision server at {self.health_url}"
+        self.server_name = f"model server at {self.base_url}"
+        """What errors about the model server itself call it (its base URL)."""
         self.model = model
         self.max_tokens = max_tokens
         self.connect_timeout = connect_timeout
@@ -178,6 +183,47 @@ class VisionClient:
             # Any failure (refused, bad URL) means the same thing to a caller
             # deciding whether to lease work: not ready.
             return Readiness(False, transport_reason(exc))
+
+    def check_model(self) -> str | None:
+        """A configuration problem, in one line, found by asking the server for the
+        configured model: our credentials refused (401/403), or no such model or chat
+        route (404). `None` when the model answers, or when the server could not tell
+        (down, loading, a 5xx: the readiness gate waits for that). Never raises.
+
+        Asks `GET /v1/models` first; only when that does not list the model (llama-server
+        lists its own name and serves any) does it send one tiny chat request
+        (`max_tokens` 1, no image)."""
+        timeout = (min(self.connect_timeout, HEALTH_TIMEOUT_SECONDS), MODEL_CHECK_TIMEOUT_SECONDS)
+        session = self._sessions.get()
+        try:
+            with session.get(
+                f"{self.base_url}/v1/models",
+                timeout=timeout,
+                headers=self._headers,
+                allow_redirects=False,
+            ) as listing:
+                if listing.status_code in (401, 403):
+                    return str(rejection(listing, server=self.server_name, model=self.model))
+                if self.model in _listed_models(listing):
+                    return None
+            with session.post(
+                self.chat_url,
+                json={
+                    "model": self.model,
+                    "messages": [{"role": "user", "content": "Say OK."}],
+                    "max_tokens": 1,
+                    "temperature": 0,
+                    "stream": False,
+                },
+                timeout=timeout,
+                headers=self._headers,
+                allow_redirects=False,
+            ) as answer:
+                if answer.status_code in (401, 403, 404):
+                    return str(rejection(answer, server=self.server_name, model=self.model))
+        except requests.RequestException:
+            return None  # not answering is not configuration: the gate waits for it
+        return None
 
     def request_body(self, image: PreparedImage) -> dict[str, Any]:
         """The JSON body `analyze` posts for `image`."""
@@ -247,7 +293,7 @@ class VisionClient:
         try:
             with self._send(body, remaining, label) as response:
                 outcome = str(response.status_code)
-                return completion_payload(response)
+                return completion_payload(response, server=self.server_name, model=self.model)
         except VisionProtocolError:
             outcome = "bad_body"  # raised only for a 2xx answer
             raise
@@ -309,6 +355,20 @@ class VisionClient:
             raise VisionError(
                 f"vision request to {self.chat_url} failed: {transport_reason(exc)}"
             ) from exc
+
+
+def _listed_models(listing: requests.Response) -> set[str]:
+    """The model ids of a 2xx `GET /v1/models` answer (OpenAI's `{"data": [{"id"}]}`),
+    else none."""
+    if not 200 <= listing.status_code < 300:
+        return set()
+    try:
+        data = listing.json().get("data")
+    except (ValueError, AttributeError):
+        return set()
+    if not isinstance(data, list):
+        return set()
+    return {str(item["id"]) for item in data if isinstance(item, dict) and "id" in item}
 
 
 def _transport_outcome(cause: BaseException | None) -> str:

@@ -20,7 +20,9 @@ import urllib3.exceptions
 
 from manga_page_analysis.errors import (
     VisionError,
+    VisionModelMissing,
     VisionProtocolError,
+    VisionRefused,
     VisionRejected,
     VisionUnavailable,
     without_reprs,
@@ -51,18 +53,19 @@ def chat_completion_content(payload: Mapping[str, Any], *, max_tokens: int) -> s
     return _content_text(message.get("content"))
 
 
-def completion_payload(response: requests.Response) -> dict[str, Any]:
-    """The body of a 2xx answer as a JSON object; an error for any other status."""
+def completion_payload(
+    response: requests.Response, *, server: str = "vision server", model: str = ""
+) -> dict[str, Any]:
+    """The body of a 2xx answer as a JSON object; an error for any other status.
+    `server` and `model` name what answered and what was asked for, in the errors
+    that are the worker's configuration rather than the page (401/403, 404)."""
     status = response.status_code
     if status == 429 or status >= 500:
         raise VisionUnavailable(
             f"vision server answered {status}: {error_message(response)}", status_code=status
         )
     if status >= 400:
-        raise VisionRejected(
-            f"vision server rejected the request with {status}: {error_message(response)}",
-            status_code=status,
-        )
+        raise rejection(response, server=server, model=model)
     if not 200 <= status < 300:
         raise VisionError(f"vision server answered unexpected status {status}")
     try:
@@ -73,6 +76,27 @@ def completion_payload(response: requests.Response) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise not_chat_completion(f"JSON that is not an object: {type(payload).__name__}")
     return payload
+
+
+def rejection(response: requests.Response, *, server: str, model: str) -> VisionRejected:
+    """The error for a 4xx answer (not 429): refused credentials (401/403) and a
+    missing model or route (404) are the worker's; any other is the request's."""
+    status = response.status_code
+    said = error_message(response)
+    if status in (401, 403):
+        return VisionRefused(
+            f"{server} refused our credentials ({status}: {said}); check VISION_API_KEY",
+            status_code=status,
+        )
+    if status == 404:
+        what = f"no model {model!r}" if "model" in said.lower() else "no chat route there"
+        return VisionModelMissing(
+            f"{server} has {what} ({status}: {said}); check VISION_MODEL and VISION_URL",
+            status_code=status,
+        )
+    return VisionRejected(
+        f"vision server rejected the request with {status}: {said}", status_code=status
+    )
 
 
 def not_chat_completion(what: str) -> VisionProtocolError:

@@ -27,3 +27,8 @@ class RunnerObserver(Protocol):
         """This runner became (`True`) or stopped being the leader that runs the
         queue's maintenance. Optional: an observer without it hears nothing."""
         ...
+
+    def breaker_changed(self, kind: str, is_open: bool) -> None:
+        """The breaker of `kind` opened (`True`: this runner leases none of it for a
+        while) or closed. Optional: an observer without it hears nothing."""
+        ...
