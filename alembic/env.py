@@ -3,8 +3,10 @@ a connection (`config.attributes["connection"]`) or a URL
 (`sqlalchemy.url`), as the CLI and the tests do; the schema likewise
 (`config.attributes["schema"]`, else `DATABASE_SCHEMA`).
 
-All pending migrations run in one transaction: outside `public` it is the
-transaction whose `search_path` names the schema (manga_page_analysis.migrations)."""
+All pending migrations run in one transaction (but the steps that build an index
+`CONCURRENTLY`): outside `public` it is the transaction whose `search_path` names
+the schema (manga_page_analysis.migrations), and the schema's migrate lock is held
+on a connection of its own for the whole run (`migrate_lock`)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,12 @@ from sqlalchemy import Connection, pool
 from alembic import context
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import database_url, make_engine
-from manga_page_analysis.migrations import metadata_in, prepare_schema, version_table_schema
+from manga_page_analysis.migrations import (
+    metadata_in,
+    migrate_lock,
+    prepare_schema,
+    version_table_schema,
+)
 
 config = context.config
 if config.config_file_name is not None and config.attributes.get("configure_logging", True):
@@ -56,12 +63,13 @@ def run_migrations_offline() -> None:
 def run_migrations_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
-        _run(connection)
+        with migrate_lock(connection.engine, schema):
+            _run(connection)
         return
     url = config.get_main_option("sqlalchemy.url") or database_url(Settings())
     engine = make_engine(url, poolclass=pool.NullPool)
     try:
-        with engine.connect() as connection:
+        with migrate_lock(engine, schema), engine.connect() as connection:
             _run(connection)
     finally:
         engine.dispose()

@@ -8,14 +8,16 @@ migrations run in one transaction that creates the schema if missing and puts
 it alone on that transaction's `search_path` (`set_config(..., true)`: it ends
 with the transaction, so nothing is left on a pooled session).
 
-Replicas deployed together may all run `migrate` at once: the transaction first
-takes an advisory lock (transaction-level, so it works through PgBouncer in
-transaction mode and is released by the commit or rollback), and the others
-wait for it, then find the schema at head and apply nothing.
+Replicas deployed together may all run `migrate` at once: each first takes the
+schema's migrate lock (`migrate_lock`), and the others wait for it, then find the
+schema at head and apply nothing.
 """
 
 from __future__ import annotations
 
+import contextlib
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +34,8 @@ from manga_page_analysis.models import NAMING_CONVENTION, Base
 VERSION_TABLE = "alembic_version"
 MIGRATE_LOCK_KEY = 0x6D706100
 """First key of `migrate`'s advisory lock (the second is the schema's `hashtext`)."""
+MIGRATE_LOCK_POLL_SECONDS = 0.25
+"""How often a `migrate` waiting for another's lock asks again."""
 
 
 class SchemaConflict(ServiceError):
@@ -65,6 +69,35 @@ def alembic_config(url: str, schema: str = DEFAULT_SCHEMA) -> Config:
     return config
 
 
+@contextlib.contextmanager
+def migrate_lock(engine: Engine, schema: str) -> Iterator[None]:
+    """Hold the schema's migrate lock while the block runs: a transaction-level
+    advisory lock (so it works through PgBouncer in transaction mode), on a
+    connection of its own whose transaction stays open until the block ends.
+
+    Not the migrations' own transaction: a migration that builds an index
+    `CONCURRENTLY` commits it halfway (`online_ddl`), which would let the next
+    process in. It is asked for with `pg_try_advisory_xact_lock`, one short
+    transaction per try, never by waiting inside a statement: a waiting statement
+    holds a snapshot, which the holder's `CREATE INDEX CONCURRENTLY` would wait
+    for, while the waiter waits for the holder."""
+    # Literals, no bound parameters: psycopg's unnamed portal of a bound statement
+    # stays open, with its snapshot, until the next statement or the transaction's end.
+    schema_literal = "'" + schema.replace("'", "''") + "'"
+    try_lock = f"SELECT pg_try_advisory_xact_lock({MIGRATE_LOCK_KEY}, hashtext({schema_literal}))"
+    with engine.connect() as conn:
+        while True:
+            transaction = conn.begin()
+            if conn.exec_driver_sql(try_lock).scalar_one():
+                break
+            transaction.rollback()
+            time.sleep(MIGRATE_LOCK_POLL_SECONDS)
+        try:
+            yield
+        finally:
+            transaction.rollback()
+
+
 def version_table_schema(schema: str) -> str | None:
     """Alembic's `version_table_schema`: `None` in `public` (where it always was)."""
     return None if schema == DEFAULT_SCHEMA else schema
@@ -76,12 +109,8 @@ def prepare_schema(connection: Connection, schema: str) -> None:
     version table there holds another project's revision, or if a table the
     migrations would create exists there without an alembic version of ours.
 
-    First of all it waits for the schema's migrate lock: even `CREATE SCHEMA IF
-    NOT EXISTS` races with another process's (a unique violation in `pg_namespace`)."""
-    connection.execute(
-        text("SELECT pg_advisory_xact_lock(:key, hashtext(:schema))"),
-        {"key": MIGRATE_LOCK_KEY, "schema": schema},
-    )
+    The caller holds the schema's migrate lock (`migrate_lock`): even `CREATE SCHEMA
+    IF NOT EXISTS` races with another process's (a unique violation in `pg_namespace`)."""
     if schema != DEFAULT_SCHEMA:
         connection.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {quote_identifier(schema)}")
         connection.execute(
