@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
 from manga_page_analysis.config import Settings
-from manga_page_analysis.dberrors import is_outage
+from manga_page_analysis.dberrors import is_transient_db_error
 from manga_page_analysis.errors import DatabaseUnavailable, truncated
 from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.storage import Storage, open_storage
@@ -136,7 +136,8 @@ class AdminApi:
         auth: which methods a route takes is no secret), the auth outcome, the
         body limit, the origin check of a session's writes, `AdminError` as its
         JSON error, and a database that cannot be reached or takes no writes
-        (`dberrors.is_outage`) as 503 with `Retry-After`."""
+        (`dberrors.is_transient_db_error`: also a lock timeout, a deadlock) as
+        503 with `Retry-After`."""
         method = "GET" if request.method == "HEAD" else request.method.upper()
         view = route.views.get(method)
         if view is None:
@@ -154,7 +155,7 @@ class AdminApi:
         except AdminError as exc:
             return error_response(exc.status, exc.code, str(exc))
         except (DBAPIError, DatabaseUnavailable) as exc:
-            if not is_outage(exc):
+            if not is_transient_db_error(exc):
                 raise
             cause = exc.orig if isinstance(exc, DBAPIError) else exc
             logger.warning(
