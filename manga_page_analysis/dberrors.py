@@ -30,6 +30,8 @@ T = TypeVar("T")
 
 REFUSED_SQLSTATES: Final = frozenset({"25006", "57P01", "57P02", "57P03"})
 """Read-only transaction, admin shutdown, crash shutdown, cannot connect now."""
+STATEMENT_SQLSTATES: Final = frozenset({"55P03", "57014"})
+"""A lock timeout and a cancelled statement (`statement_timeout`, a cancel request)."""
 CONFLICT_SQLSTATES: Final = frozenset({"40P01", "40001"})
 """A deadlock or a serialization failure: the same call may work at once."""
 
@@ -41,19 +43,29 @@ def sqlstate(exc: BaseException) -> str | None:
 
 
 def is_outage(exc: BaseException) -> bool:
-    """The server is unreachable, going away, or refusing writes: see above."""
+    """The server is unreachable, going away, or refusing writes: see above.
+    A lock timeout or a cancelled statement is about that statement, not the
+    server: no outage (the runner still retries it, `is_transient_db_error`)."""
     if isinstance(exc, DatabaseUnavailable):
         return True
-    if isinstance(exc, OperationalError):
-        return True  # a lost connection, a server that is not there
-    return isinstance(exc, DBAPIError) and (
-        exc.connection_invalidated or sqlstate(exc) in REFUSED_SQLSTATES
-    )
+    if not isinstance(exc, DBAPIError):
+        return False
+    code = sqlstate(exc)
+    if exc.connection_invalidated or code in REFUSED_SQLSTATES:
+        return True
+    # A lost connection, a server that is not there (no SQLSTATE at all), a
+    # server out of connections or resources.
+    return isinstance(exc, OperationalError) and code not in STATEMENT_SQLSTATES
 
 
 def is_transient_db_error(exc: BaseException) -> bool:
-    """An outage, a deadlock or a serialization failure: worth one more try."""
-    return is_outage(exc) or (isinstance(exc, DBAPIError) and sqlstate(exc) in CONFLICT_SQLSTATES)
+    """An outage, a deadlock, a serialization failure, a lock timeout or a
+    cancelled statement: worth one more try."""
+    return (
+        is_outage(exc)
+        or isinstance(exc, OperationalError)
+        or (isinstance(exc, DBAPIError) and sqlstate(exc) in CONFLICT_SQLSTATES)
+    )
 
 
 def outage_raises_unavailable(function: Callable[P, T]) -> Callable[P, T]:

@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
 from manga_page_analysis.config import Settings
-from manga_page_analysis.dberrors import is_outage
+from manga_page_analysis.dberrors import is_transient_db_error
 from manga_page_analysis.errors import DatabaseUnavailable, truncated
 from manga_page_analysis.observability.terminal import visible
 from manga_page_analysis.storage import Storage, open_storage
@@ -208,7 +208,8 @@ class AdminApi:
         """The method (HEAD is GET; else 405, before auth: which methods a route
         takes is no secret), the auth outcome, the body limit, the origin check of
         a session's writes, `AdminError` as its JSON error, and a database that
-        cannot serve (unreachable, refusing writes in a failover: `dberrors.is_outage`;
+        cannot serve (unreachable, refusing writes in a failover, a lock timeout, a deadlock:
+        `dberrors.is_transient_db_error`;
         pool exhausted, a lock wait, out of memory) as 503 with `Retry-After`."""
         method = "GET" if request.method == "HEAD" else request.method.upper()
         view = route.views.get(method)
@@ -235,7 +236,9 @@ class AdminApi:
             )
             return unavailable_response("no database connection is free; try again")
         except (DBAPIError, DatabaseUnavailable) as exc:
-            if not (is_outage(exc) or (isinstance(exc, DBAPIError) and cannot_serve(exc))):
+            if not (
+                is_transient_db_error(exc) or (isinstance(exc, DBAPIError) and cannot_serve(exc))
+            ):
                 raise
             cause = exc.orig if isinstance(exc, DBAPIError) else exc
             logger.warning(
