@@ -15,8 +15,8 @@ from sqlalchemy import select
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import Conflict, NotFound
+from manga_page_analysis.queue.ends import discard_pending
 from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE
-from manga_page_analysis.queue.states import cancel_pending
 from manga_page_analysis.queue.table import KIND, jobs
 
 logger = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def cancel_job(conn: Conn, job_id: uuid.UUID, *, who: str = "an admin") -> dict[
     cancelled, so it never runs and Retry can still bring it back. Fenced on
     `state = 'pending'` in the UPDATE: `Conflict` when the job is not pending
     (a worker took it meanwhile), `NotFound` for an unknown id."""
-    if job_id not in cancel_pending(conn, [job_id], CANCELLED_ERROR):
+    if not discard_pending(conn, [job_id], CANCELLED_ERROR):
         current = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar_one_or_none()
         if current is None:
             raise NotFound(f"no job {job_id}")

@@ -118,13 +118,13 @@ class WorkerPool:
     def _run(self, job: InFlight, slot: int) -> None:
         if job.nothing_to_do:
             if self._jobs.finish(job):
-                self._acker.put(job)
+                self._acker.done(job)
             return
         if self._readiness is not None and not self._readiness.check():
             # Leased ahead while the gate was open; it has closed since (a
             # failed attempt made it probe again): give the job back unrun.
             if self._jobs.abandon(job):
-                self._acker.release([job], "given back unrun: the readiness gate closed")
+                self._acker.release([job], "released unrun: the readiness gate closed")
             return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:
@@ -148,7 +148,7 @@ class WorkerPool:
                 logger.info("%s: dispatch ended after the job was given up; discarded", job.label)
                 return
             if error is None:
-                self._acker.put(job, result)
+                self._acker.done(job, result)
             else:
                 self._failed(job, error)
 
