@@ -37,7 +37,7 @@ def demo_command(settings: Settings, timeout: float) -> int:
     settings = settings.model_copy(update={"readiness_poll_seconds": 0.2, "idle_poll_seconds": 0.2})
     graceful = GracefulStop(
         f"stopping; the demo's running jobs may finish for {settings.shutdown_grace_seconds:g} "
-        "s, then are given back"
+        "s, then are released"
     )
     with graceful.installed():
         print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")

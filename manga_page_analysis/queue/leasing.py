@@ -36,7 +36,7 @@ def lease(
     holder: str | None = None,
 ) -> list[Lease]:
     """Lease up to `limit` due jobs of `kind` (`None`: any kind; a row of a kind
-    this process has not registered is given back at once, untouched).
+    this process has not registered is released at once).
 
     `holder` names who leases (a runner's id): it is written to each leased
     row's `leased_by`, which nothing clears afterwards; `None` writes NULL.

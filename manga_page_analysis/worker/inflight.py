@@ -126,7 +126,7 @@ class InFlightJobs:
         self.holding = 0
         """Jobs that hold a slot (queued or executing)."""
         self.on_slot_freed: Callable[[], None] = lambda: None
-        """Called for every slot given back (the lease loop waits for them)."""
+        """Called for every slot freed (the lease loop waits for them)."""
         self.on_stuck: Callable[[InFlight], None] = lambda job: None
         """Called for every job given up in `execute` (the pool replaces its thread)."""
         self.job_seconds: float | None = None
