@@ -237,6 +237,6 @@ def _end_all(conn: Connection, batch: list[Finished], *, record: bool = False) -
 
 def _context_of_unstarted(job: InFlight) -> JobContext:
     """The context of a job that ends without having run (at lease, at reclaim):
-    no time spent, nothing to cancel."""
+    no time spent, nothing to stop."""
     now = time.monotonic()
-    return JobContext(job.lease, now, job.cancel, now, job.label)
+    return JobContext(job.lease, now, job.stop, now, job.label)

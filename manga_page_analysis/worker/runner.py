@@ -278,7 +278,7 @@ class Runner:
                 break
 
     def _release_in_flight(self) -> None:
-        """Give up every job still queued or executing (its `cancel` is set) and
+        """Give up every job still queued or executing (its `stop` is set) and
         hand it to the acker to be released, without waiting for its `execute`."""
         abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
         if abandoned:
