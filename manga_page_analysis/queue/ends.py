@@ -55,11 +55,6 @@ class End:
     reason: str = ""
     delay: timedelta | None = None
 
-    @property
-    def terminal(self) -> bool:
-        """Whether the job is over (`done` or `dead`)."""
-        return self.outcome is Outcome.DONE or self.outcome is Outcome.DEAD
-
 
 DONE: Final = End(Outcome.DONE)
 
