@@ -8,7 +8,8 @@
   seeded jobs; each says it is ready, starts its runner once the parent
   creates the `go` file, and notes when it sees every job `done`;
 - `pickup_worker` / `pickup_produce`: an idle runner, and a producer that
-  commits one job every `gap` seconds and notes `time.time()` as COMMIT returns.
+  commits one job every `gap` seconds and notes `time.time()` just before its
+  COMMIT is sent and as it returns (`bench.pickup`).
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ def pickup_produce(args: dict[str, Any]) -> dict[str, Any]:
     engine = make_engine(args["url"], pool_size=1)
     kind = noop_handler()[0].kind
     payloads = [payload_for(kind, f"pickup-{index}") for index in range(args["count"])]
-    commits: dict[str, float] = {}
+    commits: dict[str, tuple[float, float]] = {}
     try:
         with engine.connect() as conn:
             next_at = time.perf_counter()
@@ -232,8 +233,9 @@ def pickup_produce(args: dict[str, Any]) -> dict[str, Any]:
                 time.sleep(max(0.0, next_at - time.perf_counter()))
                 transaction = conn.begin()
                 enqueue_one(conn, payload)
+                sent = time.time()
                 transaction.commit()
-                commits[marker_of(payload)] = time.time()
+                commits[marker_of(payload)] = (sent, time.time())
     finally:
         engine.dispose()
     return {"commits": commits}

@@ -142,14 +142,16 @@ async def _pickup_worker(args: dict[str, Any]) -> dict[str, Any]:
 
 async def _pickup_produce(args: dict[str, Any]) -> dict[str, Any]:
     conn, queries = await _connect(args["url"])
-    commits: dict[str, float] = {}
+    commits: dict[str, tuple[float, float]] = {}
     next_at = time.perf_counter()
     for index in range(args["count"]):
         marker = f"pickup-{index}"
         next_at += args["gap"]
         await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-        await queries.enqueue(ENTRYPOINT, marker.encode(), 0)  # autocommit: returns after COMMIT
-        commits[marker] = time.time()
+        # Autocommit: the COMMIT goes with the statement, and returns with it.
+        sent = time.time()
+        await queries.enqueue(ENTRYPOINT, marker.encode(), 0)
+        commits[marker] = (sent, time.time())
     await conn.close()
     return {"commits": commits}
 

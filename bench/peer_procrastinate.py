@@ -137,15 +137,17 @@ async def _pickup_worker(args: dict[str, Any]) -> dict[str, Any]:
 
 async def _pickup_produce(args: dict[str, Any]) -> dict[str, Any]:
     app, task = _app(args["url"], lambda marker: None)
-    commits: dict[str, float] = {}
+    commits: dict[str, tuple[float, float]] = {}
     async with app.open_async():
         next_at = time.perf_counter()
         for index in range(args["count"]):
             marker = f"pickup-{index}"
             next_at += args["gap"]
             await asyncio.sleep(max(0.0, next_at - time.perf_counter()))
-            await task.defer_async(marker=marker)  # its own transaction: returns after COMMIT
-            commits[marker] = time.time()
+            # Its own transaction, committed by the call: noted before the call.
+            sent = time.time()
+            await task.defer_async(marker=marker)
+            commits[marker] = (sent, time.time())
     return {"commits": commits}
 
 

@@ -2,9 +2,17 @@
 
 Two processes per system: the worker (`pickup_worker`, idle once it is
 ready) and a producer (`pickup_produce`) that enqueues one job every `gap`
-seconds and notes `time.time()` as soon as its COMMIT returns. The worker's
-handler notes `time.time()` as it starts each job; the two clocks are the
-same machine's. Each job carries a marker that pairs the two times.
+seconds and notes `time.time()` just before its COMMIT is sent and as soon as
+the COMMIT returns. The worker's handler notes `time.time()` as it starts each
+job; the clocks are the same machine's. Each job carries a marker that pairs
+the times.
+
+Pickup is measured from the COMMIT sent: a job cannot start before that, so no
+figure is negative. From the COMMIT returned it can be: the worker may start
+the job before the producer has read the server's answer (`after_commit_p50_ms`
+reports that end too). A peer whose enqueue commits by itself (autocommit, or
+a transaction of its own) is timed from before that call, which also covers
+its INSERT.
 """
 
 from __future__ import annotations
@@ -30,15 +38,19 @@ def measure(
     try:
         worker.wait_ready()
         time.sleep(0.5)  # let it fall idle
-        commits: dict[str, float] = run(
+        commits: dict[str, tuple[float, float]] = run(
             system, "pickup_produce", {"url": url, "count": count, "gap": gap}
         )["commits"]
     finally:
         result = worker.result()
     starts: dict[str, float] = result["starts"]
-    latencies = [starts[marker] - at for marker, at in commits.items() if marker in starts]
+    picked = [(starts[marker], sent, returned)
+              for marker, (sent, returned) in commits.items() if marker in starts]  # fmt: skip
+    latencies = [start - sent for start, sent, _ in picked]
+    after_commit = [start - returned for start, _, returned in picked]
     return {
         "jobs": len(latencies),
+        "after_commit_p50_ms": percentile(after_commit, 0.50) * 1000,
         "missed": count - len(latencies),
         "p50_ms": percentile(latencies, 0.50) * 1000,
         "p95_ms": percentile(latencies, 0.95) * 1000,

@@ -121,6 +121,10 @@ def _rows(results: dict[str, Any]) -> list[Row]:
             _per_system(pickup, lambda r, n=name: r[f"{n}_ms"]),
             target,
         )
+    add(
+        "pickup p50 from the COMMIT returned, ms",
+        _per_system(pickup, lambda r: r["after_commit_p50_ms"]),
+    )
     lines, leases = results["pipeline"], results["lease_latency"]
     ideal = lines[0]["ideal_pages_per_s"]
     add(f"pipeline, pages/s (ideal {_fmt(ideal)})", {"ours": [r["pages_per_s"] for r in lines]})
@@ -177,8 +181,9 @@ def print_notes(results: dict[str, Any], config: dict[str, Any]) -> None:
         "from Runner.start() until the database counts every job done (peers: until their "
         "drain ends).",
         f"pickup: {config['pickup_jobs']} jobs, {config['pickup_gap_ms']} ms apart, from a "
-        "separate producer process; from time.time() right after its COMMIT returns to "
-        f"time.time() as the handler starts (our runner: {config['pickup_threads']} threads). "
+        "separate producer process; from time.time() just before its COMMIT is sent (a peer's "
+        "enqueue that commits by itself: before that call) to time.time() as the handler "
+        f"starts (our runner: {config['pickup_threads']} threads). "
         f"Jobs never picked up: {missed}.",
         f"pipeline: {config['pages']} pages, {config['page_workers']} workers, the model answers "
         f"after {config['model_delay_ms']} ms; {not_done} job(s) not "

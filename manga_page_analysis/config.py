@@ -58,7 +58,7 @@ container platform (Kubernetes, Docker) waits before it kills."""
 DEFAULT_BREAKER_FAILURES = 5
 """Jobs of one kind failing in a row with one error class (none succeeding) that open a
 worker's breaker: enough that a few bad pages do not, few enough that a sick worker
-gives back the queue after seconds, not after burning it."""
+releases the queue after seconds, not after burning it."""
 DEFAULT_BREAKER_PAUSE_SECONDS = 60.0
 """How long an open breaker leases nothing of its kind before it tries one again."""
 

@@ -86,7 +86,7 @@ class ObjectNotFound(StorageError):
 
 class StorageUnavailable(StorageError):
     """The store could not be reached, timed out or answered 5xx, after the store
-    client's own retries. Not the job's fault: the job is given back, attempt refunded,
+    client's own retries. Not the job's fault: the job is released, attempt refunded,
     and the worker leases nothing until the store answers reads again."""
 
     job_at_fault = False
@@ -111,7 +111,7 @@ class VisionUnavailable(VisionError):
 
     Transient: raised for one attempt inside the client's retry loop, and again
     (naming the last cause) once the client's retries run out. Not the job's fault:
-    the job is given back, attempt refunded (a job that keeps meeting it while other
+    the job is released, attempt refunded (a job that keeps meeting it while other
     jobs succeed is charged: see `worker.breaker`).
     """
 

@@ -1,5 +1,5 @@
 """Framework-neutral admin queries and actions: stats, jobs (listing, view, retry,
-cancel), labels, and browsing mangas -> chapters -> pages.
+discard), labels, and browsing mangas -> chapters -> pages.
 
 Every function takes `conn` first (a SQLAlchemy `Connection` or `Session`),
 executes on it and never commits or rolls back. The Flask and Django
@@ -16,7 +16,7 @@ from manga_page_analysis.admin.browse import (
     page_image_key,
     read_page_image,
 )
-from manga_page_analysis.admin.jobs import CANCELLED_ERROR, cancel_job, get_job
+from manga_page_analysis.admin.jobs import DISCARDED_ERROR, discard_job, get_job
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.admin.queries import (
     DEFAULT_LIMIT,
@@ -36,8 +36,8 @@ from manga_page_analysis.errors import AdminError, BadRequest, Conflict, NotFoun
 from manga_page_analysis.queue.stats import queue_stats
 
 __all__ = [
-    "CANCELLED_ERROR",
     "DEFAULT_LIMIT",
+    "DISCARDED_ERROR",
     "MAX_BODY_BYTES",
     "MAX_LIMIT",
     "PAGE_STATES",
@@ -46,9 +46,9 @@ __all__ = [
     "Conflict",
     "NotFound",
     "RetryReport",
-    "cancel_job",
     "check_kind",
     "decode_cursor",
+    "discard_job",
     "encode_cursor",
     "get_chapter",
     "get_job",

@@ -64,8 +64,9 @@ def _queued() -> ColumnElement[bool]:
 
 
 def _dead() -> ColumnElement[bool]:
-    # A job that died without writing an analysis (cancelled, or written by
-    # another writer): the page was requested and failed. The page_id index.
+    # A job that died without an analysis row: a payload nobody could read, or
+    # one ended by `jobs reclaim` (its end is the row alone), or from before
+    # every end was recorded. The page was requested and failed. The page_id index.
     return exists().where(
         KIND == text_literal(KIND_ANALYZE_PAGE),  # noqa: SIM300  (as the index spells it)
         payload_field("page_id") == sql_cast(pages.c.id, Text),

@@ -1,4 +1,4 @@
-"""One job: its view (`GET api/jobs/<id>`) and cancelling it while it waits.
+"""One job: its view (`GET api/jobs/<id>`) and discarding it while it waits.
 
 `manga_page_analysis.admin` re-exports these; every function takes `conn`
 first and never commits.
@@ -15,14 +15,17 @@ from sqlalchemy import select
 from manga_page_analysis.admin.labels import label, with_labels
 from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import Conflict, NotFound
-from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE
-from manga_page_analysis.queue.states import cancel_pending
+from manga_page_analysis.queue.ends import discard_pending
+from manga_page_analysis.queue.kinds import decode_payload
+from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
 from manga_page_analysis.queue.table import KIND, jobs
+from manga_page_analysis.repos.page_analysis import save_failed
 
 logger = logging.getLogger(__name__)
 
-CANCELLED_ERROR: Final = "cancelled by an admin before it ran"
-"""The `last_error` of a job cancelled while pending (it is then `dead`)."""
+DISCARDED_ERROR: Final = "discarded by an admin before it ran"
+"""The `last_error` of a job discarded while pending (it is then `dead`), and
+the error recorded for its page."""
 
 
 def _iso(value: Any) -> str | None:
@@ -75,17 +78,24 @@ def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
     }
 
 
-def cancel_job(conn: Conn, job_id: uuid.UUID, *, who: str = "an admin") -> dict[str, Any]:
-    """Cancel a pending job: it becomes `dead` with `last_error` saying it was
-    cancelled, so it never runs and Retry can still bring it back. Fenced on
-    `state = 'pending'` in the UPDATE: `Conflict` when the job is not pending
-    (a worker took it meanwhile), `NotFound` for an unknown id."""
-    if job_id not in cancel_pending(conn, [job_id], CANCELLED_ERROR):
+def discard_job(conn: Conn, job_id: uuid.UUID, *, who: str = "an admin") -> dict[str, Any]:
+    """Discard a pending job: it ends `dead` (through the queue's one writer of
+    ends, `discard_pending`) with `last_error` saying so, and a page's
+    `page_analysis.error` records it as a worker's failure would; it never runs
+    and Retry can still bring it back. Fenced on `state = 'pending'`: `Conflict`
+    when the job is not pending (a worker took it meanwhile), `NotFound` for an
+    unknown id."""
+    discarded = discard_pending(conn, [job_id], DISCARDED_ERROR)
+    if not discarded:
         current = conn.execute(select(jobs.c.state).where(jobs.c.id == job_id)).scalar_one_or_none()
         if current is None:
             raise NotFound(f"no job {job_id}")
         raise Conflict(
-            f"job {job_id} is {current}, not pending; only pending jobs can be cancelled"
+            f"job {job_id} is {current}, not pending; only pending jobs can be discarded"
         )
-    logger.info("job %s cancelled by %s: pending -> dead", job_id, who)
+    for _, data in discarded:
+        payload = decode_payload(data)
+        if isinstance(payload, AnalyzePage):
+            save_failed(conn, payload.page_id, DISCARDED_ERROR, model="", duration_ms=0)
+    logger.info("job %s discarded by %s: pending -> dead", job_id, who)
     return {"id": str(job_id), "state": "dead"}

@@ -94,7 +94,7 @@ class PageAnalysisHandler:
                 image.height,
             )
         return self.vision.analyze(
-            image, deadline=ctx.deadline, cancel=ctx.cancel, job_label=ctx.label
+            image, deadline=ctx.deadline, cancel=ctx.stop, job_label=ctx.label
         )
 
     def save(

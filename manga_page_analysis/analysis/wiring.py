@@ -18,7 +18,7 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.db import listen_database_url, make_engine
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.storage import ProbedStorage, Storage, open_storage
-from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.gates.readiness import ReadinessGate
 from manga_page_analysis.worker.reports.events import EventBus
 from manga_page_analysis.worker.reports.observer import RunnerObserver
 from manga_page_analysis.worker.runner import Runner

@@ -52,7 +52,7 @@ def run_demo(
     settings: Settings, engine: Engine, database_label: str, timeout: float, graceful: GracefulStop
 ) -> int:
     """Import (or reuse) the sample manga, analyse it, print the results; 0 when all pages
-    are done, 130 when `graceful` was asked to stop (the jobs in flight are given back).
+    are done, 130 when `graceful` was asked to stop (the jobs in flight are released).
 
     The database must be migrated. Worker threads are stopped and joined before returning.
     """
@@ -89,7 +89,7 @@ def run_demo(
     elapsed = time.monotonic() - started
     if graceful.requested.is_set():
         say(
-            f"Interrupted after {elapsed:.1f} s: pages being analysed were given back to the "
+            f"Interrupted after {elapsed:.1f} s: pages being analysed were released to the "
             "queue; `make demo` (or make run-worker) picks them up again."
         )
         return EXIT_INTERRUPTED

@@ -32,12 +32,12 @@ def demo_command(settings: Settings, timeout: float) -> int:
     # Why nothing is leased (a model server refusing, loading) must show; the OCR
     # model's loading is announced by the demo itself.
     readiness_level = logging.WARNING if settings.backend == "ocr" else logging.INFO
-    logging.getLogger("manga_page_analysis.worker.readiness").setLevel(readiness_level)
+    logging.getLogger("manga_page_analysis.worker.gates.readiness").setLevel(readiness_level)
     # Pick up the jobs as soon as the model is loaded, not a poll interval later.
     settings = settings.model_copy(update={"readiness_poll_seconds": 0.2, "idle_poll_seconds": 0.2})
     graceful = GracefulStop(
         f"stopping; the demo's running jobs may finish for {settings.shutdown_grace_seconds:g} "
-        "s, then are given back"
+        "s, then are released"
     )
     with graceful.installed():
         print("Starting the database..." if not settings.database_url else "Using DATABASE_URL...")

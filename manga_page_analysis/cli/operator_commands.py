@@ -158,7 +158,7 @@ def jobs_reclaim(engine: Engine) -> int:
     with engine.begin() as conn:
         reclaim = reclaim_expired(conn)
     print(
-        f"reclaimed {len(reclaim.given_back)} running job(s) whose lease had expired: "
+        f"reclaimed {len(reclaim.released)} running job(s) whose lease had expired: "
         "back to pending, attempt refunded"
     )
     if reclaim.dead_lettered:

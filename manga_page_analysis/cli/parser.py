@@ -152,7 +152,7 @@ def build_parser() -> UsageParser:
         "run-worker",
         help="run the page-analysis workers until stopped",
         description="Lease analyze_page jobs and analyse their pages until SIGINT, SIGTERM "
-        "or SIGHUP; then give back the jobs in flight and exit 0 (a second signal exits at "
+        "or SIGHUP; then release the jobs in flight and exit 0 (a second signal exits at "
         "once). The analyzer is the model server at VISION_URL, or in-process OCR when it "
         "is unset. Without DATABASE_URL, an embedded PostgreSQL under .dev/ is started and "
         "migrated.",
@@ -331,7 +331,7 @@ def build_parser() -> UsageParser:
 
     sub.add_parser(
         "reclaim",
-        help="give back running jobs whose lease expired",
+        help="release running jobs whose lease expired (dead-letter crash loops)",
         description="Running jobs whose lease has expired (their worker died) go back to "
         "pending with the attempt refunded.",
     )

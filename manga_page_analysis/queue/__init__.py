@@ -3,6 +3,16 @@ change of a job, backoff, analysis requests and queue stats."""
 
 from manga_page_analysis.errors import NoSuchPage
 from manga_page_analysis.queue.backoff import apply_jitter, backoff_base
+from manga_page_analysis.queue.ends import (
+    DONE,
+    End,
+    Outcome,
+    after_failure,
+    dead,
+    discard_pending,
+    released,
+    write_ends,
+)
 from manga_page_analysis.queue.enqueueing import enqueue, enqueue_many
 from manga_page_analysis.queue.kinds import (
     KIND_NAME_MAX_LENGTH,
@@ -13,7 +23,7 @@ from manga_page_analysis.queue.kinds import (
     register_kind,
     registered_kinds,
 )
-from manga_page_analysis.queue.leasing import lease, lease_kinds
+from manga_page_analysis.queue.leasing import Leased, lease, lease_kinds, lease_with_ends
 from manga_page_analysis.queue.payloads import (
     KIND_ANALYZE_PAGE,
     KIND_SYNC_CHAPTER_CONTENT,
@@ -44,6 +54,7 @@ from manga_page_analysis.queue.states import (
     release_unowned_many,
     renew,
     renew_many,
+    take_expired,
 )
 from manga_page_analysis.queue.stats import queue_stats
 from manga_page_analysis.queue.table import (
@@ -56,6 +67,7 @@ from manga_page_analysis.queue.table import (
 
 __all__ = [
     "CRASH_LOOP_ERROR",
+    "DONE",
     "KIND_ANALYZE_PAGE",
     "KIND_NAME_MAX_LENGTH",
     "KIND_SYNC_CHAPTER_CONTENT",
@@ -65,10 +77,13 @@ __all__ = [
     "WAKEUP_CHANNEL",
     "WAKEUP_KIND_CHARS",
     "AnalyzePage",
+    "End",
     "JobKind",
     "JobPayload",
     "Lease",
+    "Leased",
     "NoSuchPage",
+    "Outcome",
     "Payload",
     "Reclaim",
     "Requested",
@@ -81,15 +96,19 @@ __all__ = [
     "ack_done_many",
     "ack_failed",
     "ack_failed_many",
+    "after_failure",
     "apply_jitter",
     "backoff_base",
     "check_kind_name",
+    "dead",
     "decode_payload",
+    "discard_pending",
     "enqueue",
     "enqueue_many",
     "job_kind",
     "lease",
     "lease_kinds",
+    "lease_with_ends",
     "queue_stats",
     "reap_done",
     "reclaim_expired",
@@ -100,8 +119,11 @@ __all__ = [
     "release_many",
     "release_unowned",
     "release_unowned_many",
+    "released",
     "renew",
     "renew_many",
     "request_analysis",
     "request_analysis_many",
+    "take_expired",
+    "write_ends",
 ]

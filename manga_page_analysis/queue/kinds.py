@@ -8,6 +8,7 @@ registry is a table of names, filled by imports, never by I/O.
 
 from __future__ import annotations
 
+import json
 import re
 import threading
 import typing
@@ -223,3 +224,30 @@ def decode_payload(data: Any) -> Payload:
             location = ".".join(str(part) for part in error["loc"]) or "payload"
             problems.append(f"{location}: {error['msg']}")
         raise PayloadError("invalid job payload: " + "; ".join(problems)) from exc
+
+
+def salvage_payload(data: str) -> Payload:
+    """What can be read of stored payload text that does not decode (a poison
+    row), so that its end can be recorded where its kind keeps results: its
+    kind's model without the fields that failed validation (their defaults
+    instead), or else a bare `Payload` naming only the kind (`""` if none)."""
+    try:
+        raw = json.loads(data)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict):
+        return Payload.model_construct(kind="")
+    named = raw.get("kind")
+    kind = named if isinstance(named, str) else ""
+    known = job_kind(kind)
+    if known is not None:
+        try:
+            known.payload.model_validate(raw)
+        except ValidationError as exc:
+            bad = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+            kept = {key: value for key, value in raw.items() if key not in bad or key == "kind"}
+            try:
+                return known.payload.model_validate(kept)
+            except ValidationError:
+                pass
+    return Payload.model_construct(kind=kind)

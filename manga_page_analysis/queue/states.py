@@ -1,12 +1,13 @@
 """Every change of a job's state, each written once, in one SQL statement over a
 batch; the single-job function is the batch function called with one job.
 
-Writes made for leases are fenced per row: a row changes only while its
+The end of an attempt (done, retry, dead, release) is an `End`, written by
+`ends.write_ends` with the rules in `ends`; the functions here name the usual
+ends. Writes made for leases are fenced per row: a row changes only while its
 `(id, lease_generation)` matches and it is `running`, so a stale lease in a
 batch changes nothing. The batch functions return the ids they changed, the
-single ones `bool` (logging a warning when the lease was gone). Changed rows
-stay locked until the caller's transaction ends, so "ack, write results for
-the ids returned, commit" is a fenced completion. Nothing here commits.
+single ones `bool` (logging a warning when the lease was gone). Nothing here
+commits.
 """
 
 from __future__ import annotations
@@ -17,123 +18,26 @@ import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Final, Literal
+from typing import Final
 
 from manga_page_analysis.config import MAX_RETENTION_DAYS
 from manga_page_analysis.db import Conn
-from manga_page_analysis.errors import PayloadError, truncated
-from manga_page_analysis.queue.backoff import backoff_for
-from manga_page_analysis.queue.kinds import decode_payload, registered_kinds
-from manga_page_analysis.queue.table import (
-    CRASH_LOOP_ERROR,
-    LAST_ERROR_MAX_CHARS,
-    RECLAIM_LIMIT,
-    Lease,
-    run,
+from manga_page_analysis.errors import PayloadError
+from manga_page_analysis.queue.ends import (
+    DONE,
+    RELEASE_SET,
+    End,
+    Outcome,
+    after_expiry,
+    after_failure,
+    dead,
+    released,
+    write_ends,
 )
+from manga_page_analysis.queue.kinds import decode_payload, registered_kinds, salvage_payload
+from manga_page_analysis.queue.table import Lease, run
 
 logger = logging.getLogger(__name__)
-
-
-def _fenced(set_clause: str, *per_row: tuple[str, str]) -> str:
-    """`UPDATE ... SET set_clause` of the rows whose lease is current, one per
-    lease; `per_row` adds `(name, type)` columns to `v`, bound as arrays of
-    `%(names)s` (a shorter array is padded with NULL by `unnest`)."""
-    columns = [("id", "uuid"), ("generation", "bigint"), *per_row]
-    arrays = ", ".join(f"%({name}s)s::{sql_type}[]" for name, sql_type in columns)
-    names = ", ".join(name for name, _ in columns)
-    return (
-        f"UPDATE <<crawler_jobs>> AS j SET {set_clause} FROM unnest({arrays}) AS v({names}) "
-        "WHERE j.id = v.id AND j.lease_generation = v.generation AND j.state = 'running' "
-        "RETURNING j.id"
-    )
-
-
-@functools.cache
-def _end_attempt(state: str) -> str:
-    """The fenced end of attempts in `state` (written inline: a plan per state)."""
-    return _fenced(
-        f"state = '{state}', "
-        "scheduled_at = coalesce(now() + v.delay, j.scheduled_at), "
-        "last_error = coalesce(v.error, j.last_error), "
-        # The attempt ended and its worker survived it: only reclaims in a row
-        # count towards a crash loop (see reclaim_expired).
-        "reclaim_count = 0, leased_until = NULL, updated_at = now()",
-        ("error", "text"),
-        ("delay", "interval"),
-    )
-
-
-_RENEW: Final = _fenced("leased_until = now() + %(lease_duration)s::interval, updated_at = now()")
-
-_GIVE_BACK: Final = (
-    # Pending at once, the attempt refunded (the job did not fail), and the
-    # generation bumped so the previous holder's late writes are fenced off.
-    "state = 'pending', attempts = greatest(j.attempts - 1, 0), "
-    "lease_generation = j.lease_generation + 1, leased_until = NULL, updated_at = now()"
-)
-
-_RELEASE: Final = _fenced(_GIVE_BACK)
-
-_RELEASE_UNOWNED: Final = (
-    f"UPDATE <<crawler_jobs>> AS j SET {_GIVE_BACK} "
-    "WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state = 'running' RETURNING j.id"
-)
-
-_RECLAIM_EXPIRED: Final = f"""
-    WITH dead AS (
-        UPDATE <<crawler_jobs>> AS j
-        SET state = 'dead', reclaim_count = j.reclaim_count + 1,
-            lease_generation = j.lease_generation + 1, leased_until = NULL,
-            last_error = %(error)s, updated_at = now()
-        WHERE j.state = 'running' AND j.leased_until < now()
-          AND j.reclaim_count + 1 >= %(limit)s
-        RETURNING j.id, CAST(j.payload AS text) AS payload, j.attempts, j.max_attempts,
-                  j.lease_generation
-    ), given_back AS (
-        UPDATE <<crawler_jobs>> AS j SET {_GIVE_BACK}, reclaim_count = j.reclaim_count + 1
-        WHERE j.state = 'running' AND j.leased_until < now()
-          AND j.reclaim_count + 1 < %(limit)s
-        RETURNING j.id
-    )
-    SELECT id, payload, attempts, max_attempts, lease_generation FROM dead
-    UNION ALL
-    SELECT id, NULL, NULL, NULL, NULL FROM given_back
-"""
-
-_REAP_DONE: Final = (
-    "DELETE FROM <<crawler_jobs>> WHERE state = 'done' AND updated_at < now() - %(age)s::interval"
-)
-
-
-def _held(leases: Iterable[Lease]) -> list[tuple[uuid.UUID, int]]:
-    # Two batched statements touching the same rows lock them in the same
-    # order (id order), so the acker and the heartbeat never deadlock.
-    ordered = sorted(leases, key=lambda lease: lease.id)
-    return [(lease.id, lease.lease_generation) for lease in ordered]
-
-
-def _write(
-    conn: Conn, statement: str, held: Sequence[tuple[uuid.UUID, int]], **arrays: Any
-) -> set[uuid.UUID]:
-    """Run a `_fenced` statement for `held` (`(id, generation)`), with the
-    per-row `arrays` in the same order; returns the ids changed."""
-    if not held:
-        return set()
-    ids = [job_id for job_id, _ in held]
-    generations = [generation for _, generation in held]
-    return set(run(conn, statement, {"ids": ids, "generations": generations, **arrays}).scalars())
-
-
-def _end_attempts(
-    conn: Conn,
-    state: Literal["done", "pending", "dead"],
-    held: Sequence[tuple[uuid.UUID, int]],
-    errors: Iterable[str] = (),
-    delays: Iterable[timedelta] = (),
-) -> set[uuid.UUID]:
-    errors = [truncated(error, LAST_ERROR_MAX_CHARS) for error in errors]
-    return _write(conn, _end_attempt(state), held, errors=errors, delays=list(delays))
 
 
 def _one(changed: set[uuid.UUID], action: str, lease: Lease) -> bool:
@@ -153,7 +57,7 @@ def _one(changed: set[uuid.UUID], action: str, lease: Lease) -> bool:
 
 def ack_done_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
     """Mark the jobs `done`."""
-    return _end_attempts(conn, "done", _held(leases))
+    return write_ends(conn, [(lease, DONE) for lease in leases])
 
 
 def ack_done(conn: Conn, lease: Lease) -> bool:
@@ -162,18 +66,9 @@ def ack_done(conn: Conn, lease: Lease) -> bool:
 
 
 def ack_failed_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
-    """Record failed attempts, each with its error: `dead` once a job's attempts are
-    used up, else `pending` again after a jittered exponential backoff (two statements)."""
-    ordered = sorted(failures, key=lambda failure: failure[0].id)
-    dead = [(lease, error) for lease, error in ordered if lease.attempts >= lease.max_attempts]
-    retry = [(lease, error) for lease, error in ordered if lease.attempts < lease.max_attempts]
-    return ack_dead_many(conn, dead) | _end_attempts(
-        conn,
-        "pending",
-        _held(lease for lease, _ in retry),
-        [error for _, error in retry],
-        [backoff_for(lease.attempts) for lease, _ in retry],
-    )
+    """Record failed attempts, each with its error (`ends.after_failure`): `dead`
+    once a job's attempts are used up, else `pending` again after a backoff."""
+    return write_ends(conn, [(lease, after_failure(lease, error)) for lease, error in failures])
 
 
 def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
@@ -183,7 +78,7 @@ def ack_failed(conn: Conn, lease: Lease, error: str) -> bool:
 
 def ack_dead_many(conn: Conn, failures: Sequence[tuple[Lease, str]]) -> set[uuid.UUID]:
     """Move the jobs straight to `dead` with their errors: for errors no retry can fix."""
-    return _dead(conn, [(lease.id, lease.lease_generation, error) for lease, error in failures])
+    return write_ends(conn, [(lease, dead(error)) for lease, error in failures])
 
 
 def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
@@ -191,25 +86,29 @@ def ack_dead(conn: Conn, lease: Lease, error: str) -> bool:
     return _one(ack_dead_many(conn, [(lease, error)]), "ack_dead", lease)
 
 
-def dead_letter(conn: Conn, held: Sequence[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
-    """`ack_dead_many` for `(id, generation, error)` of rows that have no `Lease`
-    (a payload nobody can decode); logs each at ERROR."""
-    for job_id, _, error in sorted(held):
-        logger.error("job %s moved to dead: %s", job_id, error)
-    return _dead(conn, held)
+# --- while an attempt runs, and releasing a job -------------------------------------
 
-
-def _dead(conn: Conn, held: Iterable[tuple[uuid.UUID, int, str]]) -> set[uuid.UUID]:
-    ordered = sorted(held)  # id order, as in `_held`
-    return _end_attempts(conn, "dead", [row[:2] for row in ordered], [row[2] for row in ordered])
-
-
-# --- while an attempt runs, and giving a job back -------------------------------------
+_RENEW: Final = (
+    "UPDATE <<crawler_jobs>> AS j SET leased_until = now() + %(lease_duration)s::interval, "
+    "updated_at = now() FROM unnest(%(ids)s::uuid[], %(generations)s::bigint[]) "
+    "AS v(id, generation) "
+    "WHERE j.id = v.id AND j.lease_generation = v.generation AND j.state = 'running' "
+    "RETURNING j.id"
+)
 
 
 def renew_many(conn: Conn, leases: Sequence[Lease], lease_duration: timedelta) -> set[uuid.UUID]:
     """Extend the leases to now + `lease_duration`."""
-    return _write(conn, _RENEW, _held(leases), lease_duration=lease_duration)
+    if not leases:
+        return set()
+    # Id order, as every batch: the acker and the heartbeat never deadlock.
+    ordered = sorted(leases, key=lambda lease: lease.id)
+    params = {
+        "ids": [lease.id for lease in ordered],
+        "generations": [lease.lease_generation for lease in ordered],
+        "lease_duration": lease_duration,
+    }
+    return set(run(conn, _RENEW, params).scalars())
 
 
 def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
@@ -218,8 +117,8 @@ def renew(conn: Conn, lease: Lease, lease_duration: timedelta) -> bool:
 
 
 def release_many(conn: Conn, leases: Sequence[Lease]) -> set[uuid.UUID]:
-    """Give the jobs back: `pending` at once, attempt refunded, generation bumped."""
-    return _write(conn, _RELEASE, _held(leases))
+    """Release the jobs: `pending` at once, attempt refunded, generation bumped."""
+    return write_ends(conn, [(lease, released("released")) for lease in leases])
 
 
 def release(conn: Conn, lease: Lease) -> bool:
@@ -227,10 +126,10 @@ def release(conn: Conn, lease: Lease) -> bool:
     return _one(release_many(conn, [lease]), "release", lease)
 
 
-def give_back(conn: Conn, held: Sequence[tuple[uuid.UUID, int]]) -> set[uuid.UUID]:
-    """`release_many` for `(id, generation)` of rows that have no `Lease` (leased by
-    `lease(conn, None, ...)` but of a kind this process has not registered)."""
-    return _write(conn, _RELEASE, sorted(held))
+_RELEASE_UNOWNED: Final = (
+    f"UPDATE <<crawler_jobs>> AS j SET {RELEASE_SET} "
+    "WHERE j.id = ANY(%(ids)s::uuid[]) AND j.state = 'running' RETURNING j.id"
+)
 
 
 def release_unowned_many(conn: Conn, job_ids: Iterable[uuid.UUID]) -> set[uuid.UUID]:
@@ -247,55 +146,94 @@ def release_unowned(conn: Conn, job_id: uuid.UUID) -> bool:
     return job_id in release_unowned_many(conn, [job_id])
 
 
-# --- maintenance --------------------------------------------------------------------
+# --- expired leases -------------------------------------------------------------------
+
+_TAKE_EXPIRED: Final = """
+    WITH expired AS MATERIALIZED (
+        SELECT id FROM <<crawler_jobs>>
+        WHERE state = 'running' AND leased_until < now()
+        ORDER BY id FOR UPDATE SKIP LOCKED
+    )
+    UPDATE <<crawler_jobs>> AS j
+    SET reclaim_count = j.reclaim_count + 1, leased_until = now() + %(hold)s::interval,
+        updated_at = now()
+    FROM expired WHERE j.id = expired.id
+    RETURNING j.id, CAST(j.payload AS text), j.attempts, j.max_attempts, j.lease_generation,
+              j.reclaim_count
+"""
+
+
+def take_expired(conn: Conn, hold: timedelta) -> list[tuple[Lease, End]]:
+    """Take over every running job whose lease has expired, each with its end
+    (`ends.after_expiry` with the attempt refunded): released, or `dead` at the
+    crash-loop limit. Each job's expiry is counted (`reclaim_count`); it stays
+    `running` under its generation, held for `hold`, until the caller writes the
+    ends (`write_ends`; a release bumps the generation). A payload that no
+    longer decodes comes back as `kinds.salvage_payload` reads it. `leased_by`
+    is left: nobody leased the job."""
+    params = {"hold": hold}
+    taken: list[tuple[Lease, End]] = []
+    for job_id, data, attempts, max_attempts, generation, expiries in run(
+        conn, _TAKE_EXPIRED, params
+    ):
+        try:
+            payload = decode_payload(data)
+        except PayloadError:
+            payload = salvage_payload(data)
+        held = Lease(job_id, payload, attempts, max_attempts, generation)
+        end = after_expiry(held, expiries, refund=True)
+        assert end is not None  # a refunded expiry always has an end
+        taken.append((held, end))
+    return taken
 
 
 @dataclass(frozen=True, slots=True)
 class Reclaim:
-    """What `reclaim_expired` did: the jobs given back to `pending`, and the
-    crash-looping ones moved to `dead` (as leases of their final generation,
-    so a caller can record the failure where the job's kind keeps results)."""
+    """What `reclaim_expired` did: the jobs released to `pending`, and the
+    crash-looping ones moved to `dead` (as leases of their final generation)."""
 
-    given_back: list[uuid.UUID]
+    released: list[uuid.UUID]
     dead_lettered: list[Lease]
-    error: str = CRASH_LOOP_ERROR
 
 
 def reclaim_expired(conn: Conn) -> Reclaim:
-    """Take back every running job whose lease has expired, in one statement.
-
-    Each such job's `reclaim_count` goes up by one. Below `RECLAIM_LIMIT` the
-    job goes back to `pending`, attempt refunded, generation bumped: its
-    worker went away. At the limit it goes to `dead` with `CRASH_LOOP_ERROR`,
-    its attempt counted: a job that kills every worker that runs it would
-    otherwise loop across restarts forever. Ending an attempt resets the
-    count, so only reclaims in a row add up.
-    """
-    rows = run(conn, _RECLAIM_EXPIRED, {"error": CRASH_LOOP_ERROR, "limit": RECLAIM_LIMIT})
-    given_back: list[uuid.UUID] = []
-    dead: list[Lease] = []
-    for job_id, payload, attempts, max_attempts, generation in rows:
-        if payload is None:
-            given_back.append(job_id)
+    """Take back every running job whose lease has expired (`take_expired`) and
+    write their ends at once: released, attempt refunded, or `dead` with
+    `CRASH_LOOP_ERROR` at `RECLAIM_LIMIT` expiries in a row. Logs what it did;
+    a runner does the same through its job-end writer, which also records each
+    end (`save_failure`, event, metric)."""
+    taken = take_expired(conn, timedelta(minutes=1))
+    changed = write_ends(conn, taken)
+    released_ids: list[uuid.UUID] = []
+    dead_lettered: list[Lease] = []
+    for held, end in taken:
+        if held.id not in changed:
             continue
-        logger.error("job %s moved to dead: %s", job_id, CRASH_LOOP_ERROR)
-        try:
-            dead.append(Lease(job_id, decode_payload(payload), attempts, max_attempts, generation))
-        except PayloadError:
-            continue  # nothing more to record for a payload nobody can read
-    if given_back:
+        if end.outcome is Outcome.DEAD:
+            logger.error("job %s moved to dead: %s", held.id, end.reason)
+            dead_lettered.append(held)
+        else:
+            released_ids.append(held.id)
+    if released_ids:
         logger.warning(
             "reclaimed %d orphaned job(s) with expired leases: %s",
-            len(given_back),
-            ", ".join(str(job_id) for job_id in given_back[:20]),
+            len(released_ids),
+            ", ".join(str(job_id) for job_id in released_ids[:20]),
         )
-    return Reclaim(given_back, dead)
+    return Reclaim(released_ids, dead_lettered)
 
 
 def reclaim_orphaned(conn: Conn) -> int:
-    """`reclaim_expired`, counted: expired leases given back or dead-lettered."""
+    """`reclaim_expired`, counted: expired leases released or dead-lettered."""
     reclaim = reclaim_expired(conn)
-    return len(reclaim.given_back) + len(reclaim.dead_lettered)
+    return len(reclaim.released) + len(reclaim.dead_lettered)
+
+
+# --- maintenance --------------------------------------------------------------------
+
+_REAP_DONE: Final = (
+    "DELETE FROM <<crawler_jobs>> WHERE state = 'done' AND updated_at < now() - %(age)s::interval"
+)
 
 
 def reap_done(conn: Conn, retention_days: int) -> int:
@@ -393,18 +331,3 @@ def retry_all_dead(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
 def dead_job_ids(conn: Conn, kind: str | None = None) -> list[uuid.UUID]:
     """Dead jobs (of `kind`, if given), most recently updated first."""
     return list(run(conn, _DEAD_IDS, {"kind": kind}).scalars())
-
-
-_CANCEL_PENDING: Final = (
-    "UPDATE <<crawler_jobs>> SET state = 'dead', last_error = %(reason)s, "
-    "leased_until = NULL, updated_at = now() "
-    "WHERE id = ANY(%(ids)s::uuid[]) AND state = 'pending' RETURNING id"
-)
-
-
-def cancel_pending(conn: Conn, job_ids: Iterable[uuid.UUID], reason: str) -> set[uuid.UUID]:
-    """Move the pending jobs among `job_ids` to `dead` with `reason` as their
-    `last_error` (a dead job can be retried, so a cancel can be undone);
-    returns the ids moved. A job that is not pending (a worker took it) is left."""
-    params = {"ids": sorted(set(job_ids)), "reason": truncated(reason, LAST_ERROR_MAX_CHARS)}
-    return set(run(conn, _CANCEL_PENDING, params).scalars())

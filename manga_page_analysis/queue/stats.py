@@ -9,7 +9,7 @@ from sqlalchemy import func, select
 from manga_page_analysis.db import Conn
 from manga_page_analysis.models import JOB_STATES
 from manga_page_analysis.queue.kinds import registered_kinds
-from manga_page_analysis.queue.table import DEAD, KIND, PENDING, jobs, payload_field, text_literal
+from manga_page_analysis.queue.table import KIND, PENDING, jobs, text_literal
 
 UNKNOWN_KIND: Final = "unknown"
 """The stats key for rows whose payload has no `kind` (written by a foreign writer)."""
@@ -36,11 +36,3 @@ def queue_stats(conn: Conn) -> dict[str, Any]:
         )
     ).scalar_one()
     return {"jobs": counts, "oldest_pending_age_seconds": None if age is None else float(age)}
-
-
-def count_dead(conn: Conn, kind: str | None = None) -> int:
-    """Dead jobs (of `kind`, if given)."""
-    statement = select(func.count()).select_from(jobs).where(jobs.c.state == DEAD)
-    if kind is not None:
-        statement = statement.where(payload_field("kind") == kind)
-    return int(conn.execute(statement).scalar_one())

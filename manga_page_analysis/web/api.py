@@ -304,10 +304,10 @@ def _job(api: AdminApi, request: ApiRequest) -> ApiResponse:
         return json_response(admin.get_job(conn, job_id))
 
 
-def _cancel(api: AdminApi, request: ApiRequest) -> ApiResponse:
+def _discard(api: AdminApi, request: ApiRequest) -> ApiResponse:
     job_id = admin.parse_uuid(request.params["job_id"], "job id")
     with api.writing() as conn:
-        return json_response(admin.cancel_job(conn, job_id, who=request.access.who))
+        return json_response(admin.discard_job(conn, job_id, who=request.access.who))
 
 
 def _mangas(api: AdminApi, request: ApiRequest) -> ApiResponse:
@@ -386,7 +386,7 @@ ROUTES: Final = (
     Route("jobs", "api/jobs", {"GET": _jobs}),
     # Any string, not a UUID converter: a malformed id gets the API's JSON 400.
     Route("retry", "api/jobs/<job_id>/retry", {"POST": _retry}),
-    Route("job-cancel", "api/jobs/<job_id>/cancel", {"POST": _cancel}),
+    Route("job-discard", "api/jobs/<job_id>/discard", {"POST": _discard}),
     Route("job", "api/jobs/<job_id>", {"GET": _job}),
     Route("mangas", "api/mangas", {"GET": _mangas}),
     Route("manga", "api/mangas/<manga_id>", {"GET": _manga}),

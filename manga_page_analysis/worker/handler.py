@@ -19,12 +19,13 @@ ResultT = TypeVar("ResultT")
 @dataclass(frozen=True)
 class JobContext:
     """What a dispatch (one run of a handler's `execute`) knows about its run: the lease, its deadline (a
-    `time.monotonic()` value) and the cancel event set on shutdown, timeout or
-    lost lease. A dispatch should pass `deadline` and `cancel` to every blocking call."""
+    `time.monotonic()` value) and its `stop` flag, set on shutdown, timeout or
+    lost lease. A dispatch should pass `deadline` and `stop` to every blocking call
+    (an analyzer takes it as `cancel=`)."""
 
     lease: Lease
     deadline: float
-    cancel: threading.Event
+    stop: threading.Event
     started_at: float = field(default_factory=time.monotonic)
     label: str = ""
 

@@ -26,7 +26,7 @@ from manga_page_analysis.worker.handler import AnyHandler, JobContext
 logger = logging.getLogger(__name__)
 
 
-class CancelEvent(threading.Event):
+class StopEvent(threading.Event):
     """A `threading.Event` whose lock is made on first `set`/`wait`: the runner
     makes one per job, most are only ever asked `is_set()`, and a Condition
     with its Lock costs more than the rest of a no-op job's bookkeeping."""
@@ -40,7 +40,7 @@ class CancelEvent(threading.Event):
     def _cond(self) -> threading.Condition:
         cond: threading.Condition | None = self.__dict__.get("_lazy_cond")
         if cond is None:
-            with CancelEvent._guard:
+            with StopEvent._guard:
                 cond = self.__dict__.setdefault("_lazy_cond", threading.Condition(threading.Lock()))
         return cond
 
@@ -73,7 +73,7 @@ class InFlight:
     item: Any = None
     load_error: str | None = None
     nothing_to_do: bool = False
-    cancel: threading.Event = field(default_factory=CancelEvent)
+    stop: threading.Event = field(default_factory=StopEvent)
     state: JobState = JobState.QUEUED
     ctx: JobContext | None = None
     """Set when its dispatch starts."""
@@ -126,7 +126,7 @@ class InFlightJobs:
         self.holding = 0
         """Jobs that hold a slot (queued or executing)."""
         self.on_slot_freed: Callable[[], None] = lambda: None
-        """Called for every slot given back (the lease loop waits for them)."""
+        """Called for every slot freed (the lease loop waits for them)."""
         self.on_stuck: Callable[[InFlight], None] = lambda job: None
         """Called for every job given up in `execute` (the pool replaces its thread)."""
         self.job_seconds: float | None = None
@@ -142,7 +142,7 @@ class InFlightJobs:
         """A pool thread takes `job`: its context (deadline from now), or `None`
         when the job was given up before it started."""
         now = time.monotonic()
-        ctx = JobContext(job.lease, now + job_timeout, job.cancel, now, job.label)
+        ctx = JobContext(job.lease, now + job_timeout, job.stop, now, job.label)
         with self._lock:
             if job.state is not JobState.QUEUED or self._jobs.get(job.lease.id) is not job:
                 return None
@@ -162,12 +162,12 @@ class InFlightJobs:
         return True
 
     def abandon(self, job: InFlight) -> bool:
-        """Give up a queued or executing job (sets its cancel event); `False` if it
+        """Give up a queued or executing job (sets its `stop` flag); `False` if it
         was no longer either."""
         was = self._move(job, HOLDING_A_SLOT, JobState.ABANDONED)
         if was is None:
             return False
-        job.cancel.set()
+        job.stop.set()
         if was is JobState.EXECUTING:
             self.on_stuck(job)
         return True

@@ -28,18 +28,25 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from manga_page_analysis.db import channel_name, connect_kwargs, quote_identifier, schema_of
-from manga_page_analysis.queue import WAKEUP_CHANNEL, WAKEUP_KIND_CHARS, Lease, lease_kinds
-from manga_page_analysis.worker.breaker import Breaker
+from manga_page_analysis.queue import (
+    WAKEUP_CHANNEL,
+    WAKEUP_KIND_CHARS,
+    End,
+    Lease,
+    lease_with_ends,
+)
 from manga_page_analysis.worker.dbsession import (
     DatabaseUnavailable,
     DbRetry,
     DbSession,
     is_transient_db_error,
 )
+from manga_page_analysis.worker.gates.breaker import Breaker
+from manga_page_analysis.worker.gates.readiness import ReadinessGate
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs, new_job
 from manga_page_analysis.worker.outcomes import describe_error
-from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.reclaim import load_ended
 from manga_page_analysis.worker.reports.logcontext import job_log_context
 from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from manga_page_analysis.worker.service import ThreadService
@@ -107,6 +114,7 @@ class LeaseLoop(ThreadService):
         outage: DatabaseOutage,
         *,
         submit: Callable[[list[InFlight]], None],
+        end: Callable[[InFlight, End], None],
         workers: int,
         prefetch: int | None,
         lease_duration: timedelta,
@@ -124,6 +132,7 @@ class LeaseLoop(ThreadService):
         self._jobs = jobs
         self._outage = outage
         self._submit = submit
+        self._end = end
         self.workers = workers
         self.prefetch = prefetch
         self.lease_duration = lease_duration
@@ -180,7 +189,7 @@ class LeaseLoop(ThreadService):
                 self._want_slot = False
                 round_started = time.monotonic()
                 try:
-                    batch = session.run(
+                    batch, ended = session.run(
                         functools.partial(self._lease_and_load, kinds=kinds, limit=free)
                     )
                 except DatabaseUnavailable:
@@ -195,12 +204,14 @@ class LeaseLoop(ThreadService):
                 self.rounds += 1
                 largest = max((job.lease.payload_bytes for job in batch), default=0)
                 self._payload_bytes = max(largest, self._payload_bytes * PAYLOAD_BYTES_DECAY)
+                for job, end in ended:
+                    self._end(job, end)
                 if batch:
                     seconds = time.monotonic() - round_started
                     self._round_seconds = 0.8 * self._round_seconds + 0.2 * seconds
                     self._jobs.add(batch)
                     self._submit(batch)
-                if len(batch) < free:  # the queue is drained: sleep until woken
+                if len(batch) + len(ended) < free:  # the queue is drained: sleep until woken
                     self._wake.wait(self.idle_poll)
         finally:
             session.close()
@@ -209,8 +220,12 @@ class LeaseLoop(ThreadService):
         left = self._breaker.seconds_to_retry() if self._breaker is not None else None
         return self.idle_poll if left is None else max(left, 0.01)
 
-    def _lease_and_load(self, conn: Connection, kinds: list[str], limit: int) -> list[InFlight]:
-        """Lease and load in one transaction.
+    def _lease_and_load(
+        self, conn: Connection, kinds: list[str], limit: int
+    ) -> tuple[list[InFlight], list[tuple[InFlight, End]]]:
+        """Lease and load in one transaction: the jobs to run, and those that
+        ended at lease with their ends (loaded to record them, each in a
+        savepoint), for the acker.
 
         Loads run without savepoints (two round trips per batch saved on the
         hot path). If one raises a database error, the transaction is rolled
@@ -218,9 +233,15 @@ class LeaseLoop(ThreadService):
         minute, each load runs in its own savepoint so the job at fault
         fails alone."""
         isolated = time.monotonic() < self._isolate_loads_until
-        leases = lease_kinds(conn, kinds, limit, self.lease_duration, holder=self._holder)
+        leased = lease_with_ends(conn, kinds, limit, self.lease_duration, holder=self._holder)
+        handlers = self._handlers
         try:
-            return [self._load(conn, lease, isolated=isolated) for lease in leases]
+            batch = [self._load(conn, lease, isolated=isolated) for lease in leased.leases]
+            ended = [
+                (load_ended(conn, handlers.get(held.payload.kind), held), end)
+                for held, end in leased.ended
+            ]
+            return batch, ended
         except DBAPIError as exc:
             if isolated or is_transient_db_error(exc):
                 raise

@@ -8,28 +8,25 @@ that holds it does the work right after each successful renewal (so it never
 works on a lapsed lease) and gives the row up when it stops; a leader that
 dies without resigning is replaced once its lease has run out.
 
-The maintainer decides when to reclaim; the acker, the one writer of job
-ends, writes the reclaim (`Acker.reclaim_expired`), and the maintainer
-waits for it at most until its next renewal is due, and asks again at that
-renewal when it was not written.
+A reclaim (`reclaim.Reclaimer`) takes the expired leases over on the
+maintainer's connection and hands their ends to the acker, the one writer of
+job ends; one that fails is tried again at the next renewal. Every runner
+also reclaims once when it starts, leader or not (`Runner.start`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from concurrent.futures import CancelledError, Future
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable
 from datetime import timedelta
 
 from sqlalchemy import Engine
 
-from manga_page_analysis.queue import Reclaim, reap_done
+from manga_page_analysis.queue import reap_done
 from manga_page_analysis.queue.leader import MAINTENANCE, elect, resign
-from manga_page_analysis.worker.acker import Acker
 from manga_page_analysis.worker.dbsession import DatabaseUnavailable, DbSession, short_error
-from manga_page_analysis.worker.handler import AnyHandler
+from manga_page_analysis.worker.reclaim import Reclaimer
 from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from manga_page_analysis.worker.service import ThreadService
 
@@ -45,8 +42,7 @@ class Maintainer(ThreadService):
     def __init__(
         self,
         engine: Engine,
-        handlers: Mapping[str, AnyHandler],
-        acker: Acker,
+        reclaimer: Reclaimer,
         outage: DatabaseOutage,
         *,
         leader_lease: timedelta,
@@ -59,8 +55,7 @@ class Maintainer(ThreadService):
     ) -> None:
         super().__init__(name)
         self._engine = engine
-        self._handlers = handlers
-        self._acker = acker
+        self._reclaimer = reclaimer
         self._outage = outage
         self.leader_lease = leader_lease
         self.reclaim_interval = reclaim_interval
@@ -72,8 +67,6 @@ class Maintainer(ThreadService):
         self.reclaims = 0
         """Reclaim rounds run while leading (tests synchronise on it)."""
         self._session: DbSession | None = None
-        self._next_reclaim = 0.0
-        self._reclaim_asked: Future[Reclaim] | None = None
 
     def _db(self) -> DbSession:
         if self._session is None:
@@ -85,18 +78,14 @@ class Maintainer(ThreadService):
         return self.leader_lease.total_seconds() / 3
 
     def first_round(self) -> None:
-        """One election (one try), and a reclaim if it won, on the caller's thread
-        before `start()` (the session then passes to the service's thread). The
-        acker must be running: it writes the reclaim."""
-        session = self._db()
-        self._set_leading(self._elect(session, within=0.0))
-        if self.leading and self._reclaim():
-            self._next_reclaim = time.monotonic() + self.reclaim_interval
+        """One election (one try) on the caller's thread before `start()` (the
+        session then passes to the service's thread)."""
+        self._set_leading(self._elect(self._db(), within=0.0))
 
     def run(self) -> None:
         session = self._db()
         renew_every = self._renew_every
-        next_reclaim, next_reap = self._next_reclaim, 0.0
+        next_reclaim, next_reap = 0.0, 0.0
         try:
             while not self.stopped.is_set():
                 round_began = time.monotonic()
@@ -108,7 +97,7 @@ class Maintainer(ThreadService):
                     if now >= next_reclaim:
                         # One that did not happen is asked again at the next renewal,
                         # not a whole interval later.
-                        done = self._reclaim()
+                        done = self._reclaim(session)
                         next_reclaim = now + (self.reclaim_interval if done else renew_every)
                     if self.reap_retention_days and now >= next_reap:
                         self._reap(session)
@@ -159,34 +148,17 @@ class Maintainer(ThreadService):
             )
         self._set_leading(False)
 
-    def _request_stop(self) -> None:
-        super()._request_stop()
-        asked = self._reclaim_asked
-        if asked is not None:
-            asked.cancel()  # a reclaim not begun yet is not waited for
-
-    def _reclaim(self) -> bool:
-        """Have the acker reclaim expired leases, and wait for it until the next
-        renewal is due, the acker stops, or this service does; the acker reports
-        what it dead-letters. `True` when the reclaim was written."""
-        self._reclaim_asked = asked = self._acker.reclaim_expired(self._handlers)
-        if self.stopped.is_set():
-            asked.cancel()
+    def _reclaim(self, session: DbSession) -> bool:
+        """Reclaim expired leases (the acker writes and reports their ends);
+        `True` when it was done, `False` to try again at the next renewal."""
         try:
-            asked.result(timeout=self._renew_every)
-        except (CancelledError, FutureTimeout):
-            asked.cancel()  # not begun: the next round asks again
+            self._reclaimer.reclaim(session, within=self._renew_every)
+        except Exception as exc:
             if not self.stopped.is_set():
                 logger.warning(
-                    "expired leases not reclaimed: the job-end writer did not get to it; "
-                    "asking again at the next renewal"
+                    "could not reclaim expired leases (%s); trying again at the next renewal",
+                    short_error(exc),
                 )
-            return False
-        except Exception as exc:
-            logger.warning(
-                "could not reclaim expired leases (%s); asking again at the next renewal",
-                short_error(exc),
-            )
             return False
         self.reclaims += 1
         return True

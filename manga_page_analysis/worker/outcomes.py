@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from manga_page_analysis.errors import ServiceError, without_reprs
-from manga_page_analysis.queue import Lease
+from manga_page_analysis.queue import End, Outcome
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
 from manga_page_analysis.worker.reports.events import EventBus, JobEvent
 from manga_page_analysis.worker.reports.logcontext import job_log_context
@@ -39,20 +39,20 @@ class Outcomes:
 
     # --- reported after the acker wrote a job's end -----------------------
 
-    def failed(self, job: InFlight, error: str, *, permanent: bool, written: bool) -> None:
-        """A failed attempt was written (retry after backoff, or dead), or fenced
-        off (`written` False). The job then leaves the registry."""
+    def failed(self, job: InFlight, end: End, *, written: bool) -> None:
+        """A failed attempt (`end`: retry or dead) was written, or fenced off
+        (`written` False). The job then leaves the registry."""
         try:
             with job_log_context(**job.log_fields):
-                self._failed(job, error, permanent, written)
+                self._failed(job, end, written)
         except Exception:
             logger.exception("could not report the failure of job %s", job.lease.id)
         finally:
             self._jobs.remove(job)
 
-    def _failed(self, job: InFlight, error: str, permanent: bool, written: bool) -> None:
-        lease = job.lease
-        terminal = permanent or lease.attempts >= lease.max_attempts
+    def _failed(self, job: InFlight, end: End, written: bool) -> None:
+        lease, error = job.lease, end.reason
+        terminal = end.outcome is Outcome.DEAD
         if not written:
             logger.warning(
                 "%s failed (%s) after its lease was lost; nothing recorded", job.label, error
@@ -60,13 +60,11 @@ class Outcomes:
             return
         self.observe(job, "dead" if terminal else "failed")
         if terminal:
-            reason = "a permanent error" if permanent else "its last attempt"
             logger.error(
-                "%s failed on attempt %d/%d with %s; moved to dead: %s",
+                "%s failed on attempt %d/%d; moved to dead: %s",
                 job.label,
                 lease.attempts,
                 lease.max_attempts,
-                reason,
                 error,
             )
         else:
@@ -111,12 +109,12 @@ class Outcomes:
             self._jobs.remove(job)
 
     def released(self, job: InFlight, written: bool, why: str) -> None:
-        """A job was given back (`why`): abandoned, or failed through no fault of its
-        own; or its lease was already gone. The job then leaves the registry."""
+        """A job was released (`why`): on shutdown, reclaimed, or after a failure that
+        was not its fault; or its lease was already gone. The job then leaves the registry."""
         try:
             with job_log_context(**job.log_fields):
                 if not written:
-                    logger.warning("%s: lease already gone; nothing given back", job.label)
+                    logger.warning("%s: lease already gone; nothing released", job.label)
                     return
                 logger.info("%s %s (attempt refunded)", job.label, why)
                 self.observe(job, "released")
@@ -134,18 +132,6 @@ class Outcomes:
                 job.lease.lease_generation,
             )
             self.notify_observer("lease_lost", job.lease.payload.kind)
-
-    def crash_loop(self, lease: Lease, breadcrumb: Mapping[str, Any] | None, error: str) -> None:
-        """Dead-lettered by the crash-loop rule (the acker wrote it, at the
-        maintenance leader's request) after crashing its workers again and again."""
-        self.notify_observer("job_finished", lease.payload.kind, "dead", 0.0)
-        details = {
-            "attempt": lease.attempts,
-            "max_attempts": lease.max_attempts,
-            "will_retry": False,
-            "error": error,
-        }
-        self._publish("failed", lease.id, breadcrumb, details)
 
     # --- helpers -------------------------------------------------------------
 

@@ -17,11 +17,11 @@ from typing import Any
 
 from manga_page_analysis.errors import DispatchTimeout, ServiceError
 from manga_page_analysis.worker.acker import Acker
-from manga_page_analysis.worker.breaker import Breaker
+from manga_page_analysis.worker.gates.breaker import Breaker
+from manga_page_analysis.worker.gates.readiness import ReadinessGate
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.inflight import InFlight, InFlightJobs
 from manga_page_analysis.worker.outcomes import describe_error
-from manga_page_analysis.worker.readiness import ReadinessGate
 from manga_page_analysis.worker.reports.logcontext import job_log_context
 
 logger = logging.getLogger(__name__)
@@ -121,18 +121,18 @@ class WorkerPool:
     def _run(self, job: InFlight, slot: int) -> None:
         if job.nothing_to_do:
             if self._jobs.finish(job):
-                self._acker.put(job)
+                self._acker.done(job)
             return
         if self._readiness is not None and not self._readiness.check():
             # Leased ahead while the gate was open; it has closed since (a
             # failed attempt made it probe again): give the job back unrun.
             if self._jobs.abandon(job):
-                self._acker.release([job], "given back unrun: the readiness gate closed")
+                self._acker.release([job], "released unrun: the readiness gate closed")
             return
         if not self._breaker.allows(job.lease.payload.kind):
             # Leased ahead just before its kind's breaker opened.
             if self._jobs.abandon(job):
-                self._acker.release([job], "given back unrun: its breaker is open")
+                self._acker.release([job], "released unrun: its breaker is open")
             return
         ctx = self._jobs.start(job, slot, self.job_timeout)
         if ctx is None:
@@ -157,7 +157,7 @@ class WorkerPool:
                 return
             if error is None:
                 self._breaker.succeeded(lease.payload.kind, lease.id)
-                self._acker.put(job, result)
+                self._acker.done(job, result)
             else:
                 self._failed(job, error)
 
@@ -174,14 +174,12 @@ class WorkerPool:
         if getattr(error, "job_at_fault", True) is not False:
             self._acker.fail(job, message, permanent=permanent)
         elif self._breaker.charges(kind, job_id):
-            # Given back once for this already, and other jobs of its kind have
+            # Released once for this already, and other jobs of its kind have
             # succeeded since: the dependency works for them, so the job is the cause.
             self._acker.fail(job, f"{message} (again, while other jobs succeed)", permanent=False)
         else:
             self._breaker.refunded(kind, job_id)
-            self._acker.release(
-                [job], f"failed through no fault of its own ({message}); given back"
-            )
+            self._acker.release([job], f"failed through no fault of its own ({message}); released")
         if self._readiness is not None and not permanent:
             # A failed attempt may mean the model server or the store just went down:
             # ask before the next lease instead of trusting the last ready answer.

@@ -18,8 +18,9 @@ from manga_page_analysis.config import (
 )
 from manga_page_analysis.queue.kinds import require_kinds
 from manga_page_analysis.worker.acker import Acker
-from manga_page_analysis.worker.breaker import Breaker
-from manga_page_analysis.worker.dbsession import runner_outage
+from manga_page_analysis.worker.dbsession import DbSession, runner_outage
+from manga_page_analysis.worker.gates.breaker import Breaker
+from manga_page_analysis.worker.gates.readiness import ReadinessGate
 from manga_page_analysis.worker.handler import AnyHandler
 from manga_page_analysis.worker.heartbeat import Heartbeat
 from manga_page_analysis.worker.identity import new_runner_id
@@ -28,7 +29,7 @@ from manga_page_analysis.worker.lease_loop import LeaseLoop, WakeupListener
 from manga_page_analysis.worker.maintenance import Maintainer
 from manga_page_analysis.worker.outcomes import Outcomes
 from manga_page_analysis.worker.pool import WorkerPool
-from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.reclaim import Reclaimer
 from manga_page_analysis.worker.reports.events import EventBus
 from manga_page_analysis.worker.reports.observer import RunnerObserver
 from manga_page_analysis.worker.service import Service
@@ -50,7 +51,7 @@ class Runner:
     `workers` pool threads until `stop()`.
 
     The first `stop()` is a soft stop: nothing more is leased, jobs leased
-    but not started are given back, and running jobs may finish for up to
+    but not started are released, and running jobs may finish for up to
     `shutdown_grace` seconds; whatever still runs then is released (attempt
     refunded, `cancelled` published). `stop_now()` releases at once.
 
@@ -110,7 +111,8 @@ class Runner:
         self._shutdown: threading.Thread | None = None
         # Reentrant: a signal handler calling stop() may interrupt start().
         self._lifecycle = threading.RLock()
-        outage = runner_outage()
+        self._reclaimed_at_start = False
+        self._outage = outage = runner_outage()
         self._jobs = jobs = InFlightJobs()
         self._outcomes = Outcomes(jobs, events, observer)
         self.breaker = Breaker(
@@ -129,10 +131,10 @@ class Runner:
             lease_duration=lease_duration,
             name=name,
         )
+        self.reclaimer = Reclaimer(self._handlers, self.acker, hold=lease_duration)
         self.maintainer = Maintainer(
             engine,
-            self._handlers,
-            self.acker,
+            self.reclaimer,
             outage,
             leader_lease=leader_lease,
             reclaim_interval=reclaim_interval,
@@ -158,6 +160,7 @@ class Runner:
             jobs,
             outage,
             submit=self._pool.submit,
+            end=self.acker.end,
             workers=workers,
             prefetch=prefetch,
             lease_duration=lease_duration,
@@ -188,19 +191,34 @@ class Runner:
     # --- lifecycle ---------------------------------------------------------
 
     def start(self) -> None:
-        """Start the services in order; before the maintenance service, once the
-        acker (which writes the reclaim) runs, try once to become the maintenance
-        leader and, leading, reclaim expired leases. Does nothing once `stop()`
-        was called."""
+        """Start the services in order. Once the acker (which writes their ends)
+        runs, and before the first lease, reclaim expired leases, leader or not:
+        a worker restarted after a crash takes back what its predecessor held,
+        the interrupted attempt refunded (and counted for the crash-loop rule).
+        Then try once to become the maintenance leader. Does nothing once
+        `stop()` was called."""
         with self._lifecycle:
             if self._shutdown is not None:
                 return
             for service in self._services:
+                if service is self.maintainer or service is self._pool:
+                    self._reclaim_at_start()
                 if service is self.maintainer:
-                    # Before the first lease: a restarted lone worker takes back (and
-                    # counts, for the crash-loop rule) what its predecessor held.
                     self.maintainer.first_round()
                 service.start()
+
+    def _reclaim_at_start(self) -> None:
+        if self._reclaimed_at_start:
+            return
+        self._reclaimed_at_start = True
+        session = DbSession(self._engine, self._outage, self._stopping)
+        try:
+            self.reclaimer.reclaim(session, within=0.0)
+        except Exception as exc:
+            # The leader's next reclaim, or a lease, takes them instead.
+            logger.warning("could not reclaim expired leases at start: %s", exc)
+        finally:
+            session.close()
 
     def stop_now(self) -> None:
         """`stop()`, and end its grace period now: running jobs are released."""
@@ -241,11 +259,11 @@ class Runner:
                     SHUTDOWN_JOIN_SECONDS,
                 )
             if service is self._heartbeat:
-                # Nothing renews their leases any more: give back what still runs.
+                # Nothing renews their leases any more: release what still runs.
                 self._release_in_flight()
 
     def _let_running_jobs_finish(self) -> None:
-        """The soft stop: stop leasing, give back what has not started, then wait
+        """The soft stop: stop leasing, release what has not started, then wait
         up to the grace period (or a second `stop()`) for running jobs to end."""
         if self.shutdown_grace <= 0:
             return
@@ -253,7 +271,7 @@ class Runner:
         self._lease_loop.stop()
         self.listener.stop()
         self._lease_loop.join(SHUTDOWN_JOIN_SECONDS)
-        self._give_back_unstarted()
+        self._release_unstarted()
         if len(self._jobs):
             logger.info(
                 "stopping: %d running job(s) may finish for up to %.0f s (stop again to "
@@ -273,14 +291,14 @@ class Runner:
                 break
 
     def _release_in_flight(self) -> None:
-        """Give up every job still queued or executing (its `cancel` is set) and
+        """Give up every job still queued or executing (its `stop` is set) and
         hand it to the acker to be released, without waiting for its `execute`."""
         abandoned = [job for job in self._jobs.snapshot() if self._jobs.abandon(job)]
         if abandoned:
             self.acker.release(abandoned, "released on shutdown")
 
     def _breaker_changed(self, kind: str, is_open: bool, reason: str) -> None:
-        """A kind's breaker opened (give back what is held of it) or closed."""
+        """A kind's breaker opened (release what is held of it) or closed."""
         self._outcomes.notify_observer("breaker_changed", kind, is_open)
         if not is_open:
             return
@@ -290,16 +308,16 @@ class Runner:
             if job.lease.payload.kind == kind and self._jobs.abandon(job)
         ]
         if held:
-            self.acker.release(held, f"given back: the {kind} breaker opened")
+            self.acker.release(held, f"released: the {kind} breaker opened")
 
-    def _give_back_unstarted(self) -> None:
+    def _release_unstarted(self) -> None:
         queued = [
             job
             for job in self._jobs.snapshot()
             if job.state is JobState.QUEUED and self._jobs.abandon(job)
         ]
         if queued:
-            self.acker.release(queued, "given back unstarted: the runner is stopping")
+            self.acker.release(queued, "released unstarted: the runner is stopping")
 
     def wait_stopping(self, timeout: float | None = None) -> bool:
         """Block until `stop()` was called (or `timeout` passes)."""

@@ -91,7 +91,7 @@ def admin_server(engine: Engine) -> Iterator[tuple[str, Any]]:
 
     host = Flask(__name__)
     # A short keep-alive lets the server notice the closed browser quickly,
-    # so the test can check the stream's connection was given back.
+    # so the test can check the stream's connection was released.
     blueprint = admin_blueprint(engine, token=TOKEN, keepalive_seconds=0.5)
     host.register_blueprint(blueprint, url_prefix=MOUNT)
     server = make_server("127.0.0.1", 0, host, threaded=True)

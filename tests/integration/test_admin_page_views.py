@@ -223,7 +223,7 @@ def exercise_the_views(
     wait.until(lambda _: text_of("#page-title") == "Sample manga ch. 1 p. 2")
     wait.until(lambda _: find("#view-page").get_attribute("aria-busy") == "false")
 
-    # A job looked up by id: its error, Retry (dead -> pending, due now), then Cancel.
+    # A job looked up by id: its error, Retry (dead -> pending, due now), then Discard.
     find("#lookup-id").send_keys(str(seeded["dead_job"]) + "\n")
     wait.until(lambda _: text_of("#job-crumb") == str(seeded["dead_job"]))
     wait.until(lambda _: find("#view-job").get_attribute("aria-busy") == "false")
@@ -237,16 +237,16 @@ def exercise_the_views(
     assert text_of('#job-body [data-testid="due"]') == "(due now)"
     assert text_of("#job-message") == "Moved back to pending."
     assert _job_state(engine, seeded["dead_job"]) == "pending"
-    click("#job-cancel")
+    click("#job-discard")
     wait.until(lambda _: text_of('#job-body dd[data-field="state"]') == "dead")
-    assert "cancelled by an admin" in text_of('#job-body dd[data-field="last-error"]')
+    assert "discarded by an admin" in text_of('#job-body dd[data-field="last-error"]')
     assert _job_state(engine, seeded["dead_job"]) == "dead"
 
     # The library: manga -> chapter (with its progress) -> a page.
     click('nav.views a[data-nav="library"]')
     manga_row = f'tr[data-manga-id="{seeded["manga"]}"]'
     wait.until(lambda _: present(manga_row))
-    # Page 1's only job is dead (cancelled): it counts as failed.
+    # Page 1's only job is dead (discarded): it counts as failed.
     assert "1 analysed · 1 failed · 0 queued · 0 never requested" in text_of(manga_row)
     click(f"{manga_row} a")
     chapter_row = f'tr[data-chapter-id="{seeded["chapter"]}"]'

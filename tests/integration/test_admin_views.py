@@ -13,7 +13,7 @@ import pytest
 from flask import Flask
 from sqlalchemy import Engine, insert, text
 
-from manga_page_analysis.admin import CANCELLED_ERROR, list_jobs
+from manga_page_analysis.admin import DISCARDED_ERROR, list_jobs
 from manga_page_analysis.models import Chapter, Manga, Page
 from manga_page_analysis.queue import AnalyzePage, SyncManga, enqueue
 from manga_page_analysis.storage import LocalStorage
@@ -95,30 +95,35 @@ def test_a_job_s_view_and_its_errors(client: Any, engine: Engine) -> None:
     _error(client.get(f"{PREFIX}/api/jobs/12345", headers=AUTH), 400, "bad_request")
 
 
-def test_cancel_moves_a_pending_job_to_dead_and_retry_brings_it_back(
+def test_discard_moves_a_pending_job_to_dead_records_its_page_and_retry_brings_it_back(
     client: Any, engine: Engine
 ) -> None:
     page_id = _chapter(engine, 1)["pages"][0]
     with engine.begin() as conn:
         job_id = enqueue(conn, AnalyzePage(page_id=page_id))
         running = insert_raw_job(conn, {"kind": "sync_manga", "source_id": "s"}, state="running")
-    response = client.post(f"{PREFIX}/api/jobs/{job_id}/cancel", headers=AUTH)
+    response = client.post(f"{PREFIX}/api/jobs/{job_id}/discard", headers=AUTH)
     assert response.status_code == 200 and response.get_json() == {
         "id": str(job_id),
         "state": "dead",
     }
     with engine.connect() as conn:
         row = job_row(conn, job_id)
-    assert row.state == "dead" and row.last_error == CANCELLED_ERROR
+    assert row.state == "dead" and row.last_error == DISCARDED_ERROR
+    with engine.connect() as conn:
+        analysis = conn.execute(
+            text("SELECT status, error FROM page_analysis WHERE page_id = :id"), {"id": page_id}
+        ).one()
+    assert tuple(analysis) == ("failed", DISCARDED_ERROR)  # as a worker's failure records it
     # Not pending any more: 409, nothing changes.
-    again = _error(client.post(f"{PREFIX}/api/jobs/{job_id}/cancel", headers=AUTH), 409)
+    again = _error(client.post(f"{PREFIX}/api/jobs/{job_id}/discard", headers=AUTH), 409)
     assert "not pending" in again["message"]
-    _error(client.post(f"{PREFIX}/api/jobs/{running}/cancel", headers=AUTH), 409, "conflict")
+    _error(client.post(f"{PREFIX}/api/jobs/{running}/discard", headers=AUTH), 409, "conflict")
     with engine.connect() as conn:
         assert job_row(conn, running).state == "running"
-    _error(client.post(f"{PREFIX}/api/jobs/{uuid.uuid4()}/cancel", headers=AUTH), 404)
-    _error(client.post(f"{PREFIX}/api/jobs/x/cancel", headers=AUTH), 400)
-    # The page's slot is free again, and the cancel can be undone.
+    _error(client.post(f"{PREFIX}/api/jobs/{uuid.uuid4()}/discard", headers=AUTH), 404)
+    _error(client.post(f"{PREFIX}/api/jobs/x/discard", headers=AUTH), 400)
+    # The page's slot is free again, and the discard can be undone.
     assert client.post(f"{PREFIX}/api/jobs/{job_id}/retry", headers=AUTH).status_code == 200
     assert _get(client, f"jobs/{job_id}")["state"] == "pending"
 
@@ -223,7 +228,7 @@ def test_mangas_chapters_and_pages_with_progress(client: Any, engine: Engine) ->
         )
         enqueue(conn, AnalyzePage(page_id=queued))
         enqueue(conn, AnalyzePage(page_id=forced, force=True))  # being analysed again
-        # Its job died without an analysis (cancelled, say): failed, not never requested.
+        # Its job died without an analysis (from before ends were recorded, say): failed.
         insert_raw_job(conn, {"kind": "analyze_page", "page_id": str(died)}, state="dead")
     expected = {"analysed": 1, "failed": 2, "queued": 2, "never_requested": 1}
 

@@ -77,7 +77,10 @@ def _check_system(data: dict[str, Any], system: str) -> None:
             assert drained["ack_batches"] >= 1 and 1 <= drained["acks_per_batch"] <= 60
     (picked,) = data["pickup"][system]
     assert picked["jobs"] == 5 and picked["missed"] == 0
+    # Timed from the COMMIT sent: never negative (from the COMMIT returned it can be).
     assert 0 < picked["p50_ms"] <= picked["p95_ms"] <= picked["p99_ms"]
+    assert _is_number(picked["after_commit_p50_ms"])
+    assert picked["after_commit_p50_ms"] < picked["p50_ms"]
 
 
 @pytest.mark.slow

@@ -200,8 +200,8 @@ class CancelRecorder(NoopHandler):
 
     def execute(self, item: Lease, ctx: JobContext) -> None:
         self.executing.set()
-        ctx.cancel.wait(30)
-        if ctx.cancel.is_set():
+        ctx.stop.wait(30)
+        if ctx.stop.is_set():
             self.cancelled.set()
 
 

@@ -49,16 +49,9 @@ def _pages(engine, storage: Path, n: int) -> list:
 
 def _killable_env(database_url: str, vision_url: str, storage: Path) -> dict[str, str]:
     """One worker whose leases run out a second after it is killed. The killed
-    worker led the maintenance: its successor leads once that lease has run
-    out too, and reclaims before it leases."""
-    return _env(
-        database_url,
-        vision_url,
-        storage,
-        LEASE_SECONDS="1",
-        ANALYSIS_WORKERS="1",
-        LEADER_LEASE_SECONDS="1",
-    )
+    worker led the maintenance, and its leader row holds for the default 30 s:
+    its successor does not lead, and reclaims all the same before it leases."""
+    return _env(database_url, vision_url, storage, LEASE_SECONDS="1", ANALYSIS_WORKERS="1")
 
 
 def test_sigkill_mid_dispatch_costs_no_attempt_and_writes_one_result(
@@ -113,11 +106,83 @@ def test_sigkill_mid_dispatch_costs_no_attempt_and_writes_one_result(
     with engine.connect() as conn:
         job = conn.execute(text("SELECT * FROM crawler_jobs WHERE id = :id"), {"id": job_id}).one()
         rows = conn.execute(text("SELECT status FROM page_analysis")).scalars().all()
-    # Leased (1), reclaimed with the attempt refunded (2), leased again (3).
+    # Leased (1), released by the start-up reclaim with the attempt refunded (2),
+    # leased again (3).
     assert (job.state, job.attempts, job.lease_generation, job.reclaim_count) == ("done", 1, 3, 0)
+    # Reclaimed at start, before it could lead (the old leader's row held).
+    led = output.find("leads the queue's maintenance")
+    assert led == -1 or output.find("reclaimed 1 orphaned job") < led
     assert rows == ["done"]
     assert len(vision_server.requests) == 2
     _figures("sigkill", jobs=1, kills=1, restarts=1, attempts=job.attempts, results=len(rows))
+
+
+def _done(engine, job_id) -> int:
+    return count(
+        engine, "SELECT count(*) FROM crawler_jobs WHERE state = 'done' AND id = :id", id=job_id
+    )
+
+
+def _held_by(engine, process: subprocess.Popen[str]) -> list:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                text("SELECT id FROM crawler_jobs WHERE state = 'running' AND leased_by LIKE :pid"),
+                {"pid": f"%:{process.pid}:%"},
+            ).scalars()
+        )
+
+
+def test_the_leader_killed_mid_call_costs_no_attempt_beside_another_worker(
+    database_url, engine, vision_server, tmp_path
+):
+    """Two workers, each in a model call with one more job leased ahead (its
+    prefetch: no slot free); the leader is killed with SIGKILL. A fresh worker
+    started once the leases ran out (the old leader's row still holds: it does
+    not lead) takes the leader's jobs back at start, attempts refunded."""
+    storage = tmp_path / "storage"
+    jobs = _pages(engine, storage, 4)
+    hold = threading.Event()
+    blocked = Reply(body=ok_answer(analysis_content()).body, block=hold)
+    vision_server.script(blocked, blocked)  # the first two calls wait; later ones answer
+    env = _killable_env(database_url, vision_server.url, storage)
+    leader = start_worker(env, tmp_path)
+    processes = [leader]
+    try:
+        vision_server.wait_for_requests(1, timeout=60)
+        wait_until(lambda: len(_held_by(engine, leader)) == 2, timeout=30)
+        leads = "SELECT count(*) FROM queue_leader WHERE leader_id LIKE :pid"
+        assert count(engine, leads, pid=f"%:{leader.pid}:%") == 1
+        killed_jobs = _held_by(engine, leader)
+        other = start_worker(env, tmp_path)
+        processes.append(other)
+        vision_server.wait_for_requests(2, timeout=60)  # a Python start on a loaded machine
+        wait_until(lambda: len(_held_by(engine, other)) == 2, timeout=30)
+        leader.send_signal(signal.SIGKILL)
+        leader.communicate(timeout=10)
+        expired = (
+            "SELECT count(*) FROM crawler_jobs WHERE state = 'running' AND leased_until < now()"
+        )
+        wait_until(lambda: count(engine, expired) == 2, timeout=15)
+        fresh = start_worker(env, tmp_path)
+        processes.append(fresh)
+        wait_until(lambda: all(_done(engine, job_id) for job_id in killed_jobs), timeout=60)
+        hold.set()  # the other worker's call returns
+        wait_until(lambda: all(_done(engine, job_id) for job_id in jobs), timeout=60)
+        code, output = stop_worker(fresh)
+        assert code == 0, output
+        assert stop_worker(other)[0] == 0
+    finally:
+        hold.set()
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+    assert "reclaimed 2 orphaned job" in output
+    with engine.connect() as conn:
+        attempts = dict(conn.execute(text("SELECT id, attempts FROM crawler_jobs")).all())
+    assert attempts == dict.fromkeys(jobs, 1)
+    _figures("leader sigkill", jobs=4, kills=1, attempts=sorted(attempts.values()))
 
 
 def test_a_page_that_kills_its_worker_three_times_is_dead_lettered(
@@ -156,7 +221,8 @@ def test_a_page_that_kills_its_worker_three_times_is_dead_lettered(
     with engine.connect() as conn:
         job = conn.execute(text("SELECT * FROM crawler_jobs WHERE id = :id"), {"id": job_id}).one()
         analysis = conn.execute(text("SELECT status, error FROM page_analysis")).one()
-    assert (job.state, job.reclaim_count, job.attempts) == ("dead", 3, 1)
+    # Every restart reclaimed at start (attempt refunded); the end resets the count.
+    assert (job.state, job.reclaim_count, job.attempts) == ("dead", 0, 1)
     assert "reclaimed from a dead worker 3 times" in job.last_error
     assert analysis.status == "failed" and analysis.error == job.last_error
     assert "moved to dead" in output and len(vision_server.requests) == 3

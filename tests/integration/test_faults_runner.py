@@ -18,7 +18,7 @@ from manga_page_analysis.analysis.model_server.client import VisionClient
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import make_engine
-from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.gates.readiness import ReadinessGate
 from manga_page_analysis.worker.reports.events import EventBus
 from testbed.vision_server import (
     Reply,

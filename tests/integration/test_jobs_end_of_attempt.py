@@ -95,7 +95,7 @@ def test_acking_first_locks_the_rows_until_the_result_is_written(engine):
             release_unowned(other, held[0].id)
         transaction.commit()
         with other.begin():
-            assert not release_unowned(other, held[0].id)  # done: nothing to give back
+            assert not release_unowned(other, held[0].id)  # done: nothing to release
     with engine.connect() as conn:
         assert job_row(conn, held[0].id).state == "done"
         assert job_row(conn, thief.id).lease_generation == thief.lease_generation

@@ -273,7 +273,7 @@ def test_a_poison_row_goes_dead_in_the_same_call_and_the_batch_survives(engine, 
         assert row.state == "dead"
         assert row.last_error.startswith("invalid job payload") and "page_id" in row.last_error
         assert str(poison) in caplog.text
-        # A kind not registered here is some other process's, not poison: given back.
+        # A kind not registered here is some other process's, not poison: released.
         row = job_row(conn, foreign)
         assert (row.state, row.attempts, row.last_error) == ("pending", 0, None)
         assert str(foreign) not in caplog.text

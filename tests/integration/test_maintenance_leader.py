@@ -7,8 +7,6 @@ from __future__ import annotations
 import signal
 import time
 import uuid
-from collections.abc import Mapping
-from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -17,8 +15,9 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine, text
 
 from manga_page_analysis.observability.metrics import WorkerMetrics
-from manga_page_analysis.queue import KIND_SYNC_MANGA, Reclaim, SyncManga, enqueue, lease
+from manga_page_analysis.queue import KIND_SYNC_MANGA, SyncManga, enqueue, lease
 from manga_page_analysis.worker import NoopHandler, Runner
+from manga_page_analysis.worker.dbsession import DatabaseUnavailable
 from manga_page_analysis.worker.maintenance import Maintainer
 from manga_page_analysis.worker.reports.outage import DatabaseOutage
 from testbed.vision_server import ScriptedVisionServer
@@ -150,43 +149,40 @@ def test_a_killed_leader_process_is_replaced_within_a_lease(
                 process.communicate()
 
 
-class _BusyWriter:
-    """A job-end writer that does not get to the first reclaim asked of it (busy, or
-    not scheduled on a loaded machine) and writes every later one at once."""
+class _FlakyReclaimer:
+    """A reclaim that fails the first time (the database blinked) and works after."""
 
     def __init__(self) -> None:
         self.asked = 0
 
-    def reclaim_expired(self, handlers: Mapping[str, Any]) -> Future[Reclaim]:
+    def reclaim(self, session: Any, *, within: float | None = None) -> int:
         self.asked += 1
-        result: Future[Reclaim] = Future()
-        if self.asked > 1:
-            result.set_result(Reclaim(given_back=[], dead_lettered=[]))
-        return result
+        if self.asked == 1:
+            raise DatabaseUnavailable("the database blinked")
+        return 0
 
 
-def test_a_reclaim_the_writer_did_not_get_to_is_asked_again_at_the_next_renewal(
+def test_a_reclaim_that_failed_is_tried_again_at_the_next_renewal(
     engine: Engine,
 ) -> None:
-    """Not a whole reclaim interval later: with the default 30 s interval, a worker
-    restarted after a crash left its predecessor's job expired for 30 s more."""
-    writer = _BusyWriter()
+    """Not a whole reclaim interval later: with the default 30 s interval, a job
+    whose lease expired would wait 30 s more."""
+    reclaimer = _FlakyReclaimer()
     maintainer = Maintainer(
         engine,
-        {},
-        writer,  # type: ignore[arg-type]  # only its reclaim_expired is used
+        reclaimer,  # type: ignore[arg-type]  # only its reclaim is used
         DatabaseOutage(1.0),
-        leader_lease=timedelta(seconds=1.5),  # renewed, and waited for, every 0.5 s
+        leader_lease=timedelta(seconds=1.5),  # renewed every 0.5 s
         reclaim_interval=3600.0,
         reap_interval=3600.0,
         reap_retention_days=0,
-        leader_id="test:busy-writer",
+        leader_id="test:flaky-reclaim",
     )
     maintainer.first_round()
     maintainer.start()
     try:
         wait_until(lambda: maintainer.reclaims == 1, timeout=10)
-        assert maintainer.leading and writer.asked == 2
+        assert maintainer.leading and reclaimer.asked == 2
     finally:
         maintainer.stop()
         assert maintainer.join(10)

@@ -79,7 +79,7 @@ class HoldingHandler(NoopHandler):
             self.started[item.id] = ctx
             self.threads.add(threading.current_thread())
             self.max_threads = max(self.max_threads, threading.active_count())
-        while not self.release.is_set() and not ctx.cancel.is_set():
+        while not self.release.is_set() and not ctx.stop.is_set():
             self.release.wait(0.02)
         if self.before_return is not None:
             self.before_return(item)
@@ -201,9 +201,9 @@ def test_one_heartbeat_renews_every_lease_and_a_lost_one_cancels_only_its_job(en
             first = {job_id: job_row(conn, job_id).leased_until for job_id in ids}
         thief = steal(engine, ids[1])
         wait_until(lambda: recorder.lost == [KIND_SYNC_MANGA], timeout=5)
-        assert handler.started[ids[1]].cancel.is_set()
-        assert not handler.started[ids[0]].cancel.is_set()
-        assert not handler.started[ids[2]].cancel.is_set()
+        assert handler.started[ids[1]].stop.is_set()
+        assert not handler.started[ids[0]].stop.is_set()
+        assert not handler.started[ids[2]].stop.is_set()
         with engine.connect() as conn:
             for job_id in (ids[0], ids[2]):
                 wait_until(lambda j=job_id: job_row(conn, j).leased_until > first[j])
@@ -245,7 +245,7 @@ def test_shutdown_releases_all_in_one_statement_and_skips_a_stale_lease(engine):
     assert recorder.outcomes() == Counter({"released": 2})
     cancelled = {event.job_id for event in recorder.events if event.type == "cancelled"}
     assert cancelled == {ids[0], ids[2]}
-    assert all(ctx.cancel.is_set() for ctx in handler.started.values())
+    assert all(ctx.stop.is_set() for ctx in handler.started.values())
 
 
 def test_the_pool_has_a_fixed_number_of_threads(engine):
@@ -508,7 +508,7 @@ def test_results_are_saved_with_their_acks_only_for_current_leases(engine):
 
 
 def test_jobs_leased_ahead_are_given_back_unrun_when_the_gate_closes(engine):
-    from manga_page_analysis.worker.readiness import ReadinessGate
+    from manga_page_analysis.worker.gates.readiness import ReadinessGate
 
     ids = fill(engine, 3)
     ready = threading.Event()

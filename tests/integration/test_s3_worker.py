@@ -133,7 +133,7 @@ def test_a_read_that_meets_a_503_store_gives_the_job_back_uncharged(
     harness: Harness, vision_server, s3_env: S3Server, bucket: str, monkeypatch
 ) -> None:
     """The read's own retries (2 tries here) run out: the store is at fault, not the page,
-    so the job is given back with its attempt refunded (no `failed`), again and again
+    so the job is released with its attempt refunded (no `failed`), again and again
     while the store answers 503; once it is back the job completes on its first charged
     attempt. The gate's probe goes straight to the store here, so the reads are what
     meet the outage (the breaker is off: it would pause the worker)."""
@@ -149,7 +149,7 @@ def test_a_read_that_meets_a_503_store_gives_the_job_back_uncharged(
         proxy.answer(SERVICE_UNAVAILABLE)
         with harness.running(storage=storage, breaker_failures=0):
             harness.events.wait_for("cancelled", page_id, n=2, timeout=30)
-            assert proxy.connections >= 4  # two tries a read, each read given back
+            assert proxy.connections >= 4  # two tries a read, each read released
             assert harness.events.of("failed") == []
             proxy.answer(None)
             harness.events.wait_for("completed", page_id, timeout=30)

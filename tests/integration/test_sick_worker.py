@@ -102,7 +102,7 @@ def test_credentials_refused_on_a_read_give_the_job_back(
     harness: Harness, vision_server, s3_env: S3Server, bucket: str, monkeypatch, caplog
 ) -> None:
     """The gate's probe may pass (it used the right key); a read refused the worker's
-    credentials all the same: the job is given back uncharged and the gate closes."""
+    credentials all the same: the job is released uncharged and the gate closes."""
     jobs = _pages(harness, S3Storage(f"s3://{bucket}"), 1)
     ((page_id, job_id),) = jobs.items()
     probe_client = S3Storage(f"s3://{bucket}")._probe_client
@@ -123,7 +123,7 @@ def test_a_store_half_back_charges_no_held_job_when_it_comes_back(
 ) -> None:
     """After a graceful restart SeaweedFS answers HEAD (metadata) before data reads work:
     here a proxy in front of it answers every GET with 500 for a while. The jobs that
-    meet it are given back uncharged, the gate stays closed while reads fail (its probe
+    meet it are released uncharged, the gate stays closed while reads fail (its probe
     reads a page), and every page completes once the store is whole again."""
     with TcpProxy(s3_env.port) as proxy:
         monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{proxy.port}")
@@ -170,7 +170,7 @@ def test_a_model_that_is_not_there_charges_no_job_and_opens_the_breaker(
     with harness.running(observer=metrics, breaker_failures=3, analysis_workers=2) as runner:
         wait_until(lambda: breaker_open() == 1.0, timeout=30)
         assert runner.breaker.allows(KIND_ANALYZE_PAGE) is False
-        wait_until(lambda: runner.in_flight == 0)  # what it held was given back
+        wait_until(lambda: runner.in_flight == 0)  # what it held was released
     assert harness.events.of("failed") == []
     assert _charged(harness, list(jobs.values())) == []
     (opened,) = [r.getMessage() for r in caplog.records if "breaker for" in r.getMessage()]

@@ -273,7 +273,7 @@ def test_events_with_the_database_down_answer_503_and_log_once(caplog):
             )
             assert response.status_code == 503 and response.headers["Retry-After"] == "5"
             assert response.get_json()["error"]["code"] == "unavailable"
-            assert blueprint.event_streams.open_streams == 0  # the slot was given back
+            assert blueprint.event_streams.open_streams == 0  # the slot was released
     finally:
         dead_engine.dispose()
     assert _records(caplog, logging.WARNING, "live events paused") == 1

@@ -62,7 +62,7 @@ API_ROUTES = [
     ("GET", "api/stats"),
     ("GET", "api/jobs"),
     ("POST", f"api/jobs/{uuid.UUID(int=1)}/retry"),
-    ("POST", f"api/jobs/{uuid.UUID(int=1)}/cancel"),
+    ("POST", f"api/jobs/{uuid.UUID(int=1)}/discard"),
     ("GET", f"api/jobs/{uuid.UUID(int=1)}"),
     ("GET", "api/mangas"),
     ("GET", f"api/mangas/{uuid.UUID(int=4)}"),

@@ -308,8 +308,8 @@ def test_a_worker_thread_that_dies_is_replaced(harness, vision_server, monkeypat
     page_id = harness.add_page(png_bytes())
     monkeypatch.setattr(
         leasing_module,
-        "lease_kinds",
-        fail_first_call(leasing_module.lease_kinds, RuntimeError("bug in the lease path")),
+        "lease_with_ends",
+        fail_first_call(leasing_module.lease_with_ends, RuntimeError("bug in the lease path")),
     )
     with harness.running() as runner:
         harness.request(page_id)

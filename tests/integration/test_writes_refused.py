@@ -26,7 +26,7 @@ from manga_page_analysis.web.flask import admin_blueprint
 from manga_page_analysis.worker.dbsession import DbSession, runner_outage
 from tests.helpers import make_page, wait_until
 
-OUTAGE_LOGGER = "manga_page_analysis.worker.outage"
+OUTAGE_LOGGER = "manga_page_analysis.worker.reports.outage"
 
 
 class ReadOnlySwitch:

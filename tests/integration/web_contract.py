@@ -72,7 +72,7 @@ def nasty_requests(prefix: str) -> list[tuple[str, str, str]]:
         for method, url in [
             ("GET", f"{prefix}/api/jobs?state={value}&kind={value}&limit={value}&cursor={value}"),
             ("POST", f"{prefix}/api/jobs/{value}/retry"),
-            ("POST", f"{prefix}/api/jobs/{value}/cancel"),
+            ("POST", f"{prefix}/api/jobs/{value}/discard"),
             ("GET", f"{prefix}/api/jobs/{value}"),
             ("GET", f"{prefix}/api/mangas?limit={value}&cursor={value}"),
             ("GET", f"{prefix}/api/mangas/{value}"),

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from manga_page_analysis.worker.breaker import Breaker
+from manga_page_analysis.worker.gates.breaker import Breaker
 
 
 class Clock:

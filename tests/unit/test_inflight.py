@@ -32,7 +32,7 @@ def test_giving_up_a_queued_job_frees_its_slot_and_leaves_the_pool_alone() -> No
     registry, stuck, freed = _registry(job)
 
     assert registry.abandon(job) is True
-    assert job.state is JobState.ABANDONED and job.cancel.is_set()
+    assert job.state is JobState.ABANDONED and job.stop.is_set()
     assert stuck == [] and freed == ["slot"] and registry.holding == 0
     assert registry.start(job, 0, 60.0) is None  # a pool thread that comes later skips it
     assert registry.abandon(job) is False  # only once

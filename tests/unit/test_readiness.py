@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from manga_page_analysis.worker.readiness import ReadinessGate
+from manga_page_analysis.worker.gates.readiness import ReadinessGate
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,14 @@ def _gate_lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
     return [
         (record.levelno, record.getMessage())
         for record in caplog.records
-        if record.name == "manga_page_analysis.worker.readiness"
+        if record.name == "manga_page_analysis.worker.gates.readiness"
     ]
 
 
 def test_closed_gate_says_why_once_then_reminds_and_says_when_it_opens(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.readiness")
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.gates.readiness")
     answers = [Answer(False, "refused the connection")] * 5 + [
         Answer(False, "answered 503: Loading model"),
         Answer(True),
@@ -83,7 +83,7 @@ def test_closed_gate_says_why_once_then_reminds_and_says_when_it_opens(
 def test_an_expected_wait_is_info_and_a_plain_bool_probe_still_works(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.readiness")
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.gates.readiness")
     gate = ReadinessGate(
         lambda: Answer(False, "the OCR models are loading", starting=True), name="in-process OCR"
     )
@@ -116,7 +116,7 @@ class PartAnswer:
 def test_an_answer_that_names_the_part_down_is_logged_under_that_name(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.readiness")
+    caplog.set_level(logging.INFO, logger="manga_page_analysis.worker.gates.readiness")
     answers = [
         PartAnswer(False, "refused our credentials (403 SignatureDoesNotMatch)", part="page store"),
         PartAnswer(True),

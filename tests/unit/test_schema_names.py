@@ -8,7 +8,7 @@ import pytest
 
 from manga_page_analysis.cli.migrate_command import could_be_the_pooler, revision_text
 from manga_page_analysis.db import channel_name
-from manga_page_analysis.queue.states import _RECLAIM_EXPIRED
+from manga_page_analysis.queue.states import _TAKE_EXPIRED
 from manga_page_analysis.queue.table import in_schema
 
 
@@ -31,8 +31,8 @@ def test_hand_written_sql_names_the_schema_of_its_tables() -> None:
         "WHERE crawler_jobs.payload ->> 'kind' = 'crawler_jobs_wakeup'"
     )
     # Every table of a real statement, none left to `search_path`.
-    qualified = in_schema(_RECLAIM_EXPIRED, "pa")
-    assert qualified.count('"pa".crawler_jobs') == _RECLAIM_EXPIRED.count("<<crawler_jobs>>") > 0
+    qualified = in_schema(_TAKE_EXPIRED, "pa")
+    assert qualified.count('"pa".crawler_jobs') == _TAKE_EXPIRED.count("<<crawler_jobs>>") > 0
     assert "<<" not in qualified
 
 

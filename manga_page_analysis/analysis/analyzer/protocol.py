@@ -22,7 +22,7 @@ from manga_page_analysis.repos.page_analysis import AnalysisRecord
 
 @dataclass(frozen=True, slots=True)
 class Readiness:
-    """One readiness probe's answer, a `ProbeAnswer` (`manga_page_analysis.worker.readiness`): `reason` says
+    """One readiness probe's answer, a `ProbeAnswer` (`manga_page_analysis.worker.gates.readiness`): `reason` says
     why it is not ready, and `starting` that this is expected (a model still loading);
     `part` names what is down when it is not the analyzer itself (the page store)."""
 

@@ -11,7 +11,7 @@ from typing import Final, Protocol
 
 OUTCOMES: Final = ("done", "failed", "dead", "released")
 """How a job's run ends: acked done, failed with a retry to come, dead-lettered,
-or given back (shutdown)."""
+or released (shutdown, reclaim)."""
 
 
 class RunnerObserver(Protocol):

@@ -4,11 +4,11 @@ leasing that kind for a while, instead of failing its way through the queue.
 Per kind, it watches the ends of the jobs this runner ran: when the last `failures`
 of them all failed with the same error class while none succeeded, the breaker
 opens. While it is open the runner leases nothing of that kind (other kinds, and
-other workers, go on) and gives back what it holds of it. After `pause` seconds
+other workers, go on) and releases what it holds of it. After `pause` seconds
 the kind is leased again ("half-open"): a success closes the breaker; one more
 failure of the same class opens it again at once.
 
-It also keeps the rule that bounds a refund (`charges`): a job given back because
+It also keeps the rule that bounds a refund (`charges`): a job released because
 a dependency failed (an error whose `job_at_fault` is `False`) that meets such an
 error again after other jobs of its kind succeeded in between is charged after all:
 the dependency works for the others, so the job is the cause.
@@ -111,7 +111,7 @@ class Breaker:
             )
             reason = state.reason
         logger.error(
-            "breaker for %s opened: %s; leasing no %s job for %g s and giving back the ones "
+            "breaker for %s opened: %s; leasing no %s job for %g s and releasing the ones "
             "held (other workers go on)",
             kind,
             reason,
@@ -122,7 +122,7 @@ class Breaker:
         return True
 
     def refunded(self, kind: str, job_id: uuid.UUID) -> None:
-        """`job_id` was given back, not charged, for a failure that was not its fault."""
+        """`job_id` was released, not charged, for a failure that was not its fault."""
         with self._lock:
             self._refunds[job_id] = self._state(kind).successes
             self._refunds.move_to_end(job_id)
