@@ -212,8 +212,9 @@ def _framed_panels(
     found: list[Box] = []
     for label, (left, top, w, h, _) in enumerate(stats[1:count].tolist(), 1):
         large = PANEL_MIN_AREA * ink.size <= w * h <= PANEL_MAX_AREA * ink.size
-        piece = labels[top : top + h, left : left + w] == label
-        if large and min(w, h) >= min_panel and _framed(piece):
+        if not large or min(w, h) < min_panel:
+            continue
+        if _framed(labels[top : top + h, left : left + w] == label):
             found.append((x0 + left, y0 + top, x0 + left + w, y0 + top + h))
     found = [a for a in found if not any(b != a and _inside_share(a, b) >= NESTED for b in found)]
     if len(found) < 2:
