@@ -220,6 +220,8 @@ def evaluate(
     image_folder: dict[str, Path] = {}
     for each in [folder] if isinstance(folder, Path) else folder:
         for name, entry in json.loads((each / "ground_truth.json").read_text("utf-8")).items():
+            if name in truth:
+                raise ValueError(f"{name} is in more than one folder")
             truth[name] = entry
             image_folder[name] = each / "images" if (each / "images").is_dir() else each
     analyzer = OcrAnalyzer()
