@@ -198,14 +198,15 @@ def folds_by_manga(truth: dict[str, dict[str, Any]], count: int) -> list[list[st
 
 
 def evaluate(
-    folder: Path,
+    folder: Path | Sequence[Path],
     *,
     only: Sequence[str] = (),
     verbose: bool = False,
     hold_out: Sequence[str] = (),
     folds: int = 0,
 ) -> dict[str, Score]:
-    """Run the analyzer over the folder and print the figures; returns the pooled scores.
+    """Run the analyzer over the folder (or folders, pooled as one set) and print the
+    figures; returns the pooled scores.
 
     `hold_out`: image names also pooled apart from the rest ("held out" and "developed on").
     `folds`: the pages are also pooled in this many folds by manga (`folds_by_manga`), so
@@ -215,8 +216,14 @@ def evaluate(
     from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
     from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 
-    truth: dict[str, dict[str, Any]] = json.loads((folder / "ground_truth.json").read_text("utf-8"))
-    images = folder / "images" if (folder / "images").is_dir() else folder
+    truth: dict[str, dict[str, Any]] = {}
+    image_folder: dict[str, Path] = {}
+    for each in [folder] if isinstance(folder, Path) else folder:
+        for name, entry in json.loads((each / "ground_truth.json").read_text("utf-8")).items():
+            if name in truth:
+                raise ValueError(f"{name} is in more than one folder")
+            truth[name] = entry
+            image_folder[name] = each / "images" if (each / "images").is_dir() else each
     analyzer = OcrAnalyzer()
     cpu_started = time.process_time()
     analyzer.load()
@@ -237,7 +244,7 @@ def evaluate(
     for name, entry in truth.items():
         if only and name not in only:
             continue
-        image = prepare_image((images / name).read_bytes())
+        image = prepare_image((image_folder[name] / name).read_bytes())
         cpu, wall = time.process_time(), time.perf_counter()
         result = analyzer.analyze(image, deadline=time.monotonic() + 600)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
@@ -269,7 +276,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.ocr_eval", description=__doc__.splitlines()[0]
     )
-    parser.add_argument("folder", type=Path, help="a folder with ground_truth.json and images")
+    parser.add_argument(
+        "folder", type=Path, nargs="+", help="folders with ground_truth.json and images, pooled"
+    )
     parser.add_argument("--only", nargs="*", default=(), help="only these image names")
     parser.add_argument("-v", "--verbose", action="store_true", help="print what was read")
     parser.add_argument(
@@ -279,8 +288,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--folds", type=int, default=0, help="also pool the pages in this many folds by manga"
     )
     args = parser.parse_args(argv)
-    if not (args.folder / "ground_truth.json").is_file():
-        parser.error(f"{args.folder / 'ground_truth.json'} not found")
+    for folder in args.folder:
+        if not (folder / "ground_truth.json").is_file():
+            parser.error(f"{folder / 'ground_truth.json'} not found")
     evaluate(
         args.folder, only=args.only, verbose=args.verbose, hold_out=args.hold_out, folds=args.folds
     )

@@ -170,3 +170,24 @@ def test_a_grid_whose_row_gutters_cross_every_column_is_read_row_by_row():
     right = [(310, 20 + 210 * row, 580, 210 + 210 * row) for row in range(1, 4)]
     found = find_panels(speckled(page(600, 860, [*left, *right])))
     close(found, [left[0], right[0], left[1], right[1], left[2], right[2], left[3]], tolerance=4)
+
+
+def test_a_row_whose_gutters_are_crossed_is_split_into_its_framed_panels():
+    top = (20, 20, 580, 300)
+    row = [(410, 320, 580, 600), (215, 320, 395, 600), (20, 320, 200, 600)]
+    grey = page(600, 620, [top, *row])
+    grey[420:440, 203:212] = 0  # marks in the row's gutters (a balloon's edge, a speck),
+    grey[500:520, 398:407] = 0  # touching no frame: no clean gutter, each frame whole
+    found = find_panels(grey)
+    close(found, [top, *row], tolerance=4)
+
+
+def test_framed_pieces_covering_little_of_a_panel_do_not_split_it():
+    # Below a top panel, a wide framed strip and a small framed panel take half the piece
+    # between gutters; the rest is unframed art (a disc), which a split would leave out.
+    top, strip, small = (20, 20, 580, 300), (20, 320, 580, 420), (400, 440, 580, 600)
+    grey = page(600, 620, [top, strip, small])
+    yy, xx = np.mgrid[0:620, 0:600]
+    grey[(xx - 200) ** 2 + (yy - 520) ** 2 <= 70**2] = 40
+    grey[422:438, 100:110] = 0  # a mark across the gutter under the strip, touching no frame
+    close(find_panels(grey), [top, (20, 320, 580, 600)], tolerance=4)

@@ -13,6 +13,8 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from manga_page_analysis.analysis.reader.order.missing_column import with_missing_column
+
 VERTICAL_RATIO: Final = 1.5
 """A line at least this many times taller than wide is a vertical column (rapidocr uses 1.5 too)."""
 JOIN_GAP: Final = 0.5
@@ -46,6 +48,10 @@ ROW_MIN_BESIDE: Final = 0.5
 side read later, and over or under none of them (sharing no width with one), is read in that
 row, though it starts below the middle of each of its blocks (a small balloon set low beside
 a tall one)."""
+
+PANEL_MIN_BESIDE: Final = 0.25
+"""A block in no panel lies beside a panel when they overlap along at least this share of the
+block's height: a caption under a panel's foot that its box merely touches is not beside it."""
 
 Box = tuple[float, float, float, float]
 """x0, y0, x1, y1 in pixels, y down."""
@@ -187,13 +193,17 @@ def reading_order(
 
     `panels`: panel boxes already in reading order (`manga_page_analysis.analysis.reader.regions.panels`);
     a block belongs to the panel holding its centre, and the panels are read
-    in turn. Without panels the page is one panel. `right_to_left`: manga
+    in turn. Without panels the page is one panel; a column of panels the finder missed
+    beside a column it found is put back (`missing_column`). `right_to_left`: manga
     order; `False` reads rows left to right (comics, webtoons). `apart`: two near lines
     it holds apart are not joined (a rule drawn between them:
     `manga_page_analysis.analysis.reader.regions.ruled_lines`).
     """
+    blocks = [_order_block(group) for group in _group(lines, apart)]
+    boxes = [(block.x0, block.y0, block.x1, block.y1) for block in blocks]
+    panels = with_missing_column(panels, boxes, right_to_left=right_to_left)
     by_panel: dict[float, list[Block]] = {}
-    for block in (_order_block(group) for group in _group(lines, apart)):
+    for block in blocks:
         by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
@@ -383,7 +393,8 @@ def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float
         if x0 <= cx <= x1 and y0 <= cy <= y1:
             return index
     for index, (x0, y0, x1, y1) in enumerate(panels):
-        beside = y0 < block.y1 and block.y0 < y1
+        along = min(y1, block.y1) - max(y0, block.y0)
+        beside = along >= PANEL_MIN_BESIDE * max(1.0, block.y1 - block.y0)
         later_side = x1 <= block.x0 if right_to_left else x0 >= block.x1
         if y0 >= block.y1 or (beside and later_side):
             return index - 0.5

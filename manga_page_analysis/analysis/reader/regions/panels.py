@@ -44,6 +44,11 @@ ROW_OVERLAP: Final = 0.15
 """Panels of a slightly skewed scan overlap their neighbours' boxes: up to this share of the
 smaller one's height (or width) still leaves them in separate rows (or columns)."""
 
+MIN_FRAMED_SPLIT: Final = 2
+"""A panel cut at gutters that holds at least this many framed panels is replaced by them."""
+MIN_FRAMED_COVER: Final = 0.7
+"""... and when they cover at least this share of its area (a part of it left out would be
+read apart from the rest)."""
 MIN_OWN_CUTS: Final = 2
 """Framed panels that split both into rows and into columns are read column by column when
 they make at least this many cuts between rows and none of those runs across every column
@@ -84,6 +89,8 @@ def find_panels(grey: NDArray[np.uint8], *, right_to_left: bool = True) -> list[
     for one_page in pages:
         depth = 1 if len(pages) > 1 else 0
         found = _xy_cut(light, None, one_page, depth, min_gutter, min_panel, right_to_left)
+        if len(found) > 1:
+            found = _split_framed(found, light, one_page, min_panel, right_to_left)
         if len(found) <= 1:
             # No clean gutters (a skewed or noisy scan): framed panels found as the pieces
             # of ink edged all round by their frame.
@@ -205,13 +212,39 @@ def _framed_panels(
     found: list[Box] = []
     for label, (left, top, w, h, _) in enumerate(stats[1:count].tolist(), 1):
         large = PANEL_MIN_AREA * ink.size <= w * h <= PANEL_MAX_AREA * ink.size
-        piece = labels[top : top + h, left : left + w] == label
-        if large and min(w, h) >= min_panel and _framed(piece):
+        if not large or min(w, h) < min_panel:
+            continue
+        if _framed(labels[top : top + h, left : left + w] == label):
             found.append((x0 + left, y0 + top, x0 + left + w, y0 + top + h))
     found = [a for a in found if not any(b != a and _inside_share(a, b) >= NESTED for b in found)]
     if len(found) < 2:
         return []
     return _order_boxes(found, right_to_left, rows_first=True)
+
+
+def _split_framed(
+    found: list[Box],
+    light: NDArray[np.bool_],
+    box: tuple[int, int, int, int],
+    min_panel: int,
+    right_to_left: bool,
+) -> list[Box]:
+    """`found` (cut at gutters) with each panel that holds `MIN_FRAMED_SPLIT` framed panels or
+    more, covering `MIN_FRAMED_COVER` of it, replaced by them in reading order: a row whose
+    gutters art or a balloon crosses is still drawn as framed panels side by side."""
+    framed = _framed_panels(light, box, min_panel, right_to_left)
+    if len(framed) < MIN_FRAMED_SPLIT:
+        return found
+    split: list[Box] = []
+    for panel in found:
+        inside = [piece for piece in framed if _inside_share(piece, panel) >= NESTED]
+        area = max(1.0, (panel[2] - panel[0]) * (panel[3] - panel[1]))
+        cover = sum((a[2] - a[0]) * (a[3] - a[1]) for a in inside) / area
+        if len(inside) >= MIN_FRAMED_SPLIT and cover >= MIN_FRAMED_COVER:
+            split += _order_boxes(inside, right_to_left, rows_first=True)
+        else:
+            split.append(panel)
+    return split
 
 
 def _framed(piece: NDArray[np.bool_]) -> bool:

@@ -1,0 +1,72 @@
+"""A column of panels the panel finder missed, put back from the blocks beside the column
+it found (the rule: docs/ocr.md, "Blocks").
+
+Two four-panel strips side by side on a grey magazine scan: the frames of one strip are
+found, those of the other are not (no clean gutter on the noisy paper, art breaking out of
+the frames). The blocks of the strip that was missed lie in no panel, and each is read just
+before the found panel level with it, so the two strips are read row by row across, where
+a reader reads the right-hand strip to its foot first. Pure functions over boxes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+Box = tuple[float, float, float, float]
+"""x0, y0, x1, y1 in pixels, y down."""
+
+COLUMN_MIN_PANELS: Final = 2
+"""The found panels make a column when there are at least this many, stacked."""
+COLUMN_OVERLAP: Final = 0.5
+"""Stacked panels overlap across by at least this share of the narrower."""
+MISSED_MIN_BLOCKS: Final = 3
+"""A column is put back beside the found one when at least this many blocks lie there, in
+no panel: one or two are a caption or a title beside the strip."""
+
+
+def with_missing_column(
+    panels: Sequence[Box], blocks: Sequence[Box], *, right_to_left: bool = True
+) -> list[Box]:
+    """`panels` (in reading order) with a column put back beside them, read before them on
+    the side read first (the right in manga order), when the panels found stand in one
+    column and at least `MISSED_MIN_BLOCKS` of `blocks` (their boxes) lie in no panel,
+    wholly on that side of the column, level with it (their centre not below its foot). The
+    column put back spans those blocks across, and from the highest of them to the foot of
+    the found column."""
+    if len(panels) < COLUMN_MIN_PANELS or not _one_column(panels):
+        return list(panels)
+    left = min(panel[0] for panel in panels)
+    right = max(panel[2] for panel in panels)
+    foot = max(panel[3] for panel in panels)
+
+    def beside(block: Box) -> bool:
+        first_side = block[0] >= right if right_to_left else block[2] <= left
+        return first_side and (block[1] + block[3]) / 2 <= foot and not _in_any(block, panels)
+
+    missed = [block for block in blocks if beside(block)]
+    if len(missed) < MISSED_MIN_BLOCKS:
+        return list(panels)
+    column = (
+        min(block[0] for block in missed) if not right_to_left else right,
+        min(block[1] for block in missed),
+        max(block[2] for block in missed) if right_to_left else left,
+        foot,
+    )
+    return [column, *panels]
+
+
+def _one_column(panels: Sequence[Box]) -> bool:
+    """True when every panel overlaps every other across by `COLUMN_OVERLAP` of the
+    narrower: a stack, not a row."""
+    for index, a in enumerate(panels):
+        for b in panels[index + 1 :]:
+            across = min(a[2], b[2]) - max(a[0], b[0])
+            if across < COLUMN_OVERLAP * min(a[2] - a[0], b[2] - b[0]):
+                return False
+    return True
+
+
+def _in_any(block: Box, panels: Sequence[Box]) -> bool:
+    cx, cy = (block[0] + block[2]) / 2, (block[1] + block[3]) / 2
+    return any(x0 <= cx <= x1 and y0 <= cy <= y1 for x0, y0, x1, y1 in panels)
