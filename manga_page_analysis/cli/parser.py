@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 from manga_page_analysis import admin
+from manga_page_analysis.cli.invocation import command_name, docs_folder
 from manga_page_analysis.cli.shutdown import EXIT_USAGE
 from manga_page_analysis.config import MAX_RETENTION_DAYS, MAX_TIMEOUT_SECONDS
 from manga_page_analysis.models import JOB_STATES
@@ -31,12 +32,18 @@ DESCRIPTION: Final = (
     "Manga page analysis: a Postgres job queue and the workers that analyse manga pages "
     "(OCR text, tags, description, NSFW verdict) with a vision model server or in-process OCR."
 )
-EPILOG: Final = (
-    "Configuration comes from the environment (and a .env file): DATABASE_URL (unset: an "
-    "embedded PostgreSQL under .dev/), VISION_URL (unset: in-process OCR), STORAGE_ROOT or "
-    "STORAGE_URL, ... "
-    "See docs/environment.md. `python -m manga_page_analysis COMMAND --help` describes each command."
-)
+
+
+def epilog(prog: str) -> str:
+    """The top-level help's last paragraph: where the settings are documented (the
+    installed copy of the docs, or the checkout's) and how to ask each command."""
+    return (
+        "Configuration comes from the environment (and a .env file): DATABASE_URL (unset: an "
+        "embedded PostgreSQL under .dev/), DATABASE_SCHEMA, VISION_URL (unset: in-process "
+        f"OCR), STORAGE_ROOT or STORAGE_URL, ... See {docs_folder() / 'environment.md'} "
+        f"(all the documentation: {docs_folder() / 'index.md'}). `{prog} COMMAND --help` "
+        "describes each command."
+    )
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -135,10 +142,11 @@ def copy_jobs_arg(value: str) -> int:
     return jobs
 
 
-def build_parser() -> UsageParser:
-    parser = UsageParser(
-        prog="python -m manga_page_analysis", description=DESCRIPTION, epilog=EPILOG
-    )
+def build_parser(prog: str | None = None) -> UsageParser:
+    """The parser of every command; `prog`: the name in usage lines (default: the
+    name this process was run by, `command_name()`)."""
+    prog = prog or command_name()
+    parser = UsageParser(prog=prog, description=DESCRIPTION, epilog=epilog(prog))
     parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {version()}")
     parser.add_argument(
         "--log-level",

@@ -21,9 +21,11 @@ from manga_page_analysis.errors import (
     NotAnImage,
     PageExists,
     PageRefused,
+    TablesNotFound,
 )
 from manga_page_analysis.pages.adding import KEY_PREFIX, AddedPage, add_page
 from manga_page_analysis.repos import catalog
+from manga_page_analysis.schema_errors import tells_missing_tables
 
 __all__ = [
     "KEY_PREFIX",
@@ -34,12 +36,14 @@ __all__ = [
     "NotAnImage",
     "PageExists",
     "PageRefused",
+    "TablesNotFound",
     "add_page",
     "ensure_chapter",
     "ensure_manga",
 ]
 
 
+@tells_missing_tables
 def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> uuid.UUID:
     """The id of the manga the host knows as (`source_id`, `source_key`),
     created with `title` when there is none; an existing manga keeps its
@@ -50,6 +54,7 @@ def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> 
     return catalog.ensure_manga(conn, source_id=source_id, source_key=source_key, title=title)
 
 
+@tells_missing_tables
 def ensure_chapter(
     conn: Conn, manga_id: uuid.UUID, *, number: Decimal | int | str, title: str = ""
 ) -> uuid.UUID:

@@ -1,7 +1,7 @@
 """The durable job queue on Postgres: job kinds and payloads, enqueueing, leasing, every state
 change of a job, backoff, analysis requests and queue stats."""
 
-from manga_page_analysis.errors import NoSuchPage
+from manga_page_analysis.errors import NoSuchPage, NotAPageId, TablesNotFound
 from manga_page_analysis.queue.backoff import apply_jitter, backoff_base
 from manga_page_analysis.queue.enqueueing import enqueue, enqueue_many
 from manga_page_analysis.queue.kinds import (
@@ -69,12 +69,14 @@ __all__ = [
     "JobPayload",
     "Lease",
     "NoSuchPage",
+    "NotAPageId",
     "Payload",
     "Reclaim",
     "Requested",
     "SyncChapterContent",
     "SyncChapterList",
     "SyncManga",
+    "TablesNotFound",
     "ack_dead",
     "ack_dead_many",
     "ack_done",

@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from sqlalchemy import Engine
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
 
 from manga_page_analysis import admin
 from manga_page_analysis.admin import AdminError, BadRequest
 from manga_page_analysis.config import Settings
 from manga_page_analysis.errors import truncated
 from manga_page_analysis.observability.terminal import visible
+from manga_page_analysis.schema_check import schema_problem
+from manga_page_analysis.schema_errors import not_our_schema
 from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.event_stream import EventStream, EventStreams, EventsUnavailable
@@ -155,6 +157,21 @@ class AdminApi:
                 "admin API %s %s: database unavailable: %s", request.method, request.path, exc.orig
             )
             return error_response(503, "unavailable", "the database cannot be reached; try again")
+        except ProgrammingError as exc:
+            if not not_our_schema(exc):
+                raise
+            return self._schema_missing(request, exc)
+
+    def _schema_missing(self, request: ApiRequest, error: ProgrammingError) -> ApiResponse:
+        """503 naming what to set when this package's tables are not in the engine's
+        schema (never migrated there, or another project's alembic revision in it)."""
+        try:
+            problem = schema_problem(self.engine(), command=None)
+        except SQLAlchemyError:
+            problem = None
+        message = problem or str(error.orig).strip().splitlines()[0]
+        logger.error("admin API %s %s: %s", request.method, request.path, message)
+        return error_response(503, "schema_missing", message)
 
 
 @dataclass(frozen=True, slots=True)
