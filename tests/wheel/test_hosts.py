@@ -555,6 +555,8 @@ def _one_line(output: str) -> str:
     return lines[0]
 
 
+# Setting up the host (a wheel, a virtualenv) counts against the timeout.
+@pytest.mark.timeout(1800)
 def test_a_flask_host_is_told_what_to_set_in_its_own_words(
     flask_host: Host,
     flask_migrate_database: str,
@@ -626,6 +628,8 @@ def test_a_flask_host_is_told_what_to_set_in_its_own_words(
     assert "alembic" not in output.lower(), output
 
 
+# Setting up the host (a wheel, a virtualenv) counts against the timeout.
+@pytest.mark.timeout(1800)
 def test_what_the_installed_commands_say_points_at_the_installed_package(
     flask_host: Host, database_url: str, tmp_path: Path, vision_server: ScriptedVisionServer
 ) -> None:
