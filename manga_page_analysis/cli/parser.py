@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 import uuid
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -24,6 +25,9 @@ from manga_page_analysis.queue.requests import BATCH_SIZE
 DEFAULT_COPY_JOBS: Final = 8
 """`storage copy --jobs`: objects copied at once."""
 MAX_COPY_JOBS: Final = 64
+
+HELP_WIDTH: Final = 79
+"""Where the top-level help's paragraphs are wrapped."""
 
 DISTRIBUTION: Final = "manga-page-analysis"
 """The installed package's name (for `--version`)."""
@@ -44,6 +48,10 @@ def epilog(prog: str) -> str:
         f"(all the documentation: {docs_folder() / 'index.md'}). `{prog} COMMAND --help` "
         "describes each command."
     )
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=HELP_WIDTH, break_on_hyphens=False, break_long_words=False)
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -146,7 +154,14 @@ def build_parser(prog: str | None = None) -> UsageParser:
     """The parser of every command; `prog`: the name in usage lines (default: the
     name this process was run by, `command_name()`)."""
     prog = prog or command_name()
-    parser = UsageParser(prog=prog, description=DESCRIPTION, epilog=epilog(prog))
+    # Wrapped here, not by argparse, which breaks a long path at its hyphens
+    # (`site- packages`): a path a reader copies stays whole on its line.
+    parser = UsageParser(
+        prog=prog,
+        description=_wrapped(DESCRIPTION),
+        epilog=_wrapped(epilog(prog)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {version()}")
     parser.add_argument(
         "--log-level",
