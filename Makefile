@@ -38,9 +38,13 @@ test-unit: $(STAMP)
 test-wheel: $(STAMP)
 	WHEEL_TEST=1 $(PY) -m pytest tests/wheel $(PYTEST_ARGS)
 
-# The wheel a host installs (docs/embedding.md, "Install"), built into dist/.
-wheel: $(STAMP)
-	$(PY) -m pip wheel --quiet --no-deps --wheel-dir dist .
+# The wheel a host installs (docs/embedding.md, "Install"), built into dist/. Building
+# needs pip alone (it fetches setuptools into an isolated build environment), in a
+# virtualenv of its own: not the development one, with its test and web extras.
+BUILD_VENV ?= .venv-build
+wheel:
+	test -x $(BUILD_VENV)/bin/python || $(PYTHON) -m venv $(BUILD_VENV)
+	$(BUILD_VENV)/bin/python -m pip wheel --quiet --no-deps --wheel-dir dist .
 	@ls -1 dist/manga_page_analysis-*.whl
 
 run-worker: $(STAMP)
@@ -72,4 +76,4 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy manga_page_analysis examples/sample_manga/make_sample_pages.py setup.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BUILD_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,9 +1,11 @@
-"""Packaging that pyproject.toml cannot say: the wheel carries the migrations and the sample manga.
+"""Packaging that pyproject.toml cannot say: the wheel carries the migrations, the sample manga
+and the documentation.
 
 `alembic/` (top level, the source of truth, where `alembic upgrade head` in a
 checkout finds it) ships as the package `manga_page_analysis._alembic`, and
 `examples/sample_manga/` (what `python -m manga_page_analysis demo` imports) as
-`manga_page_analysis._sample_manga`, so an installed package needs no checkout.
+`manga_page_analysis._sample_manga`, and `docs/` (which `--help` points at) as
+`manga_page_analysis._docs`, so an installed package needs no checkout.
 `manga_page_analysis.migrations` and `manga_page_analysis.cli.demo` find them there, or in the checkout.
 
 Every build copies the sources into an empty `build/lib`: setuptools otherwise
@@ -29,6 +31,7 @@ SHIPPED_FOLDERS = {
     "manga_page_analysis._alembic": "alembic",
     "manga_page_analysis._alembic.versions": "alembic/versions",
     "manga_page_analysis._sample_manga": "examples/sample_manga",
+    "manga_page_analysis._docs": "docs",
 }
 
 setup(
@@ -41,6 +44,7 @@ setup(
     package_data={
         "manga_page_analysis._alembic": ["script.py.mako"],
         "manga_page_analysis._sample_manga": ["*"],  # whatever the samples are made of
+        "manga_page_analysis._docs": ["*.md"],
         "manga_page_analysis.web": ["templates/*.html"],
     },
 )

@@ -3,6 +3,7 @@ one-line docstring here, in one place; nothing is built at import time."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -75,6 +76,20 @@ DATABASE_SCHEMA_PATTERN = r"^[a-z_][a-z0-9_]{0,39}$"
 `NOTIFY` channels (`<schema>.analysis_events`) fit Postgres' 63-byte names."""
 
 
+def check_schema_name(name: str) -> str:
+    """`name` if `DATABASE_SCHEMA` may be it, else `ValueError` in a plain sentence
+    (what was given, what is accepted, an example): read by whoever set the variable."""
+    if re.match(DATABASE_SCHEMA_PATTERN, name):
+        return name
+    given = "is empty"
+    if name.strip():
+        given = f"is {name[:60]!r}, which is not a schema name this package uses"
+    raise ValueError(
+        f"{given}: give a lower-case name of letters, digits and _ (not starting with a "
+        "digit, at most 40 characters), e.g. page_analysis, or leave it unset for public"
+    )
+
+
 class Settings(BaseSettings):
     """Service configuration. Field names map to upper-case environment variables."""
 
@@ -92,7 +107,6 @@ class Settings(BaseSettings):
     )
     database_schema: str = Field(
         default="public",
-        pattern=DATABASE_SCHEMA_PATTERN,
         description="Postgres schema of every table of this package; `migrate` creates it.",
     )
     dev_dir: Path = Field(default=DEFAULT_DEV_DIR, description="Folder for local dev state.")
@@ -241,6 +255,11 @@ class Settings(BaseSettings):
         except (ArgumentError, ValueError) as exc:
             raise ValueError(f"not a valid URL ({exc}); expected {POSTGRES_URL_EXAMPLE}") from None
         return value
+
+    @field_validator("database_schema")
+    @classmethod
+    def _schema_name(cls, value: str) -> str:
+        return check_schema_name(value)
 
     @field_validator("storage_url")
     @classmethod

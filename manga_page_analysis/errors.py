@@ -220,3 +220,24 @@ class NotAnImage(PageRefused):
 
 class ImageTooLarge(PageRefused):
     """The page's data is larger than the byte cap, or declares more pixels than allowed."""
+
+
+class NotAPageId(ServiceError, ValueError):
+    """A page id that is not a UUID (nor its text); nothing was queued."""
+
+    retryable = False
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        shown = truncated(repr(value), 80)
+        super().__init__(
+            f"{shown} is not a page id: give the page's UUID, as a uuid.UUID or its text "
+            "(such as '0b6f4c4e-6a0e-4d55-9a39-2f6f6d3c1a7e')"
+        )
+
+
+class TablesNotFound(ServiceError):
+    """A table of this package is not where the engine's options say it is: the
+    database was never migrated there, or the engine lacks `schema_options`."""
+
+    retryable = False

@@ -119,7 +119,7 @@ def prepare_schema(connection: Connection, schema: str) -> None:
         )
     revision = _revision_on(connection, schema)
     if revision is not None:
-        if revision not in _our_revisions():
+        if not is_ours(revision):
             raise SchemaConflict(
                 f'the alembic version table "{VERSION_TABLE}" in schema "{schema}" holds '
                 f'revision "{revision}", which is not one of this package\'s migrations '
@@ -147,11 +147,22 @@ def _our_revisions() -> set[str]:
     return {script.revision for script in ScriptDirectory(str(script_location())).walk_revisions()}
 
 
+def is_ours(revision: str) -> bool:
+    """Whether `revision` is one of this package's migrations (not, say, a host's
+    Flask-Migrate revision in the same version table)."""
+    return revision in _our_revisions()
+
+
 def _revision_on(connection: Connection, schema: str) -> str | None:
-    context = MigrationContext.configure(
-        connection, opts={"version_table_schema": version_table_schema(schema)}
-    )
-    return context.get_current_revision()
+    # Read directly, not through alembic's MigrationContext, whose set-up logs two
+    # INFO lines at every worker start though nothing is migrated.
+    table = quote_identifier(VERSION_TABLE)
+    if schema != DEFAULT_SCHEMA:
+        table = f"{quote_identifier(schema)}.{table}"
+    if connection.execute(text("SELECT to_regclass(:table)"), {"table": table}).scalar() is None:
+        return None
+    revision = connection.execute(text(f"SELECT version_num FROM {table}")).scalar()
+    return str(revision) if revision is not None else None
 
 
 def metadata_in(schema: str) -> MetaData:

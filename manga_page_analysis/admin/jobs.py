@@ -18,7 +18,7 @@ from manga_page_analysis.errors import Conflict, NotFound
 from manga_page_analysis.queue.ends import discard_pending
 from manga_page_analysis.queue.kinds import decode_payload
 from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
-from manga_page_analysis.queue.table import KIND, jobs
+from manga_page_analysis.queue.table import CRASH_LOOP_ERROR, KIND, jobs
 from manga_page_analysis.repos.page_analysis import save_failed
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def page_id_of(payload: Any) -> str | None:
 def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
     """The job's view: the listing's fields plus `payload`, `created_at`,
     `leased_until` (set while running: when its lease expires unless renewed),
+    `stopped_early` (a dead job with attempts left: why it stopped, `stopped_early`),
     `leased_by` (the runner that leased it last: while running, the one holding
     it; `None` if never leased by a named runner), and `page_id` (`analyze_page`
     only, else `None`). `NotFound` for an unknown id."""
@@ -75,7 +76,23 @@ def get_job(conn: Conn, job_id: uuid.UUID) -> dict[str, Any]:
         "leased_until": _iso(row.leased_until),
         "leased_by": row.leased_by,
         "page_id": page_id_of(row.payload),
+        "stopped_early": stopped_early(row.state, row.attempts, row.max_attempts, row.last_error),
     }
+
+
+def stopped_early(
+    state: str, attempts: int, max_attempts: int, last_error: str | None
+) -> str | None:
+    """Why a dead job with attempts left ended early: `discarded` (by an admin while
+    pending), `crash_loop` (it kept crashing its worker) or `permanent_error` (one no
+    retry can fix); `None` for any other job."""
+    if state != "dead" or attempts >= max_attempts:
+        return None
+    if last_error == DISCARDED_ERROR:
+        return "discarded"
+    if last_error == CRASH_LOOP_ERROR:
+        return "crash_loop"
+    return "permanent_error"
 
 
 def discard_job(conn: Conn, job_id: uuid.UUID, *, who: str = "an admin") -> dict[str, Any]:

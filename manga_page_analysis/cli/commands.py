@@ -1,6 +1,7 @@
-"""Command line: `python -m manga_page_analysis run-worker | migrate | demo | import-pages FOLDER |
-request-analysis PAGE_ID | jobs ... | analyze ... | storage copy`; `python -m manga_page_analysis COMMAND --help`
-for each (the arguments are in `manga_page_analysis.cli.parser`, signals in `manga_page_analysis.cli.shutdown`).
+"""Command line: `manga-analysis` (or `python -m manga_page_analysis`) `run-worker | migrate |
+demo | import-pages FOLDER | request-analysis PAGE_ID | jobs ... | analyze ... | storage copy`;
+`manga-analysis COMMAND --help` for each (the arguments are in `manga_page_analysis.cli.parser`,
+signals in `manga_page_analysis.cli.shutdown`).
 This module reads the settings and dispatches; each command family has a module of its own,
 which imports what only it needs when it runs (an operator's `jobs` loads no alembic, numpy,
 OCR stack or prometheus_client).
@@ -16,12 +17,13 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 from pydantic import ValidationError
-from sqlalchemy.exc import OperationalError, ProgrammingError
+from sqlalchemy.exc import OperationalError, ProgrammingError, SQLAlchemyError
+from sqlalchemy.pool import NullPool
 
 from manga_page_analysis.cli import operator_commands as operator_cli
 from manga_page_analysis.cli.demo_command import demo_command
 from manga_page_analysis.cli.import_command import import_pages_command
-from manga_page_analysis.cli.migrate_command import migrate
+from manga_page_analysis.cli.migrate_command import migrate, migrate_command_text
 from manga_page_analysis.cli.output import DB_CONNECT_TIMEOUT_SECONDS, first_line
 from manga_page_analysis.cli.parser import build_parser, check_usage
 from manga_page_analysis.cli.shutdown import (
@@ -38,6 +40,7 @@ from manga_page_analysis.db import make_engine
 from manga_page_analysis.errors import ServiceError
 from manga_page_analysis.observability.logs import configure_logging
 from manga_page_analysis.observability.terminal import visible
+from manga_page_analysis.schema_errors import not_our_schema
 
 logger = logging.getLogger("manga_page_analysis.cli")
 
@@ -74,12 +77,9 @@ def main(argv: Sequence[str] | None = None, settings: Settings | None = None) ->
         # taken): no job was touched.
         _fatal(args.command, str(exc))
     except ProgrammingError as exc:
-        if getattr(exc.orig, "sqlstate", None) != "42P01":  # undefined_table
+        if settings is None or not not_our_schema(exc):
             raise
-        _fatal(
-            args.command,
-            "the database has no job tables: run `python -m manga_page_analysis migrate` (alembic upgrade head)",
-        )
+        _fatal(args.command, _schema_missing(settings, exc))
     except KeyboardInterrupt:
         print(f"{args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -107,6 +107,26 @@ def settings_problem(exc: ValidationError) -> str:
         message = str(error["msg"]).removeprefix("Value error, ")
         problems.append(f"{variable}: {message}" if variable else message)
     return "bad setting: " + "; ".join(problems)
+
+
+def _schema_missing(settings: Settings, error: ProgrammingError) -> str:
+    """One line for a statement that found no table (or column) of ours: another
+    project's alembic revision in the schema, or a schema never migrated."""
+    from manga_page_analysis.schema_check import schema_problem
+
+    engine = make_engine(
+        settings, poolclass=NullPool, connect_args={"connect_timeout": DB_CONNECT_TIMEOUT_SECONDS}
+    )
+    try:
+        problem = schema_problem(engine, command=migrate_command_text())
+    except SQLAlchemyError:
+        problem = None
+    finally:
+        engine.dispose()
+    return problem or (
+        f"{first_line(error.orig)} (schema {settings.database_schema}): run "
+        f"{migrate_command_text()}, or set DATABASE_SCHEMA to the schema it put them in"
+    )
 
 
 def _run_command(args: argparse.Namespace, settings: Settings) -> int:

@@ -1,4 +1,4 @@
-"""`python -m manga_page_analysis demo` (`make demo`): the whole service at work on the sample manga.
+"""`manga-analysis demo` (`make demo` in a checkout): the whole service at work on the sample manga.
 
 Re-running reuses the sample manga (found by its title, when it still has
 one page per sample image): its pages are analysed again (`force`), so
@@ -22,6 +22,7 @@ from manga_page_analysis.analysis.page_events import analysis_event_bus
 from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
 from manga_page_analysis.analysis.wiring import analysis_runner
 from manga_page_analysis.cli.importer import IMAGE_SUFFIXES, import_folder
+from manga_page_analysis.cli.invocation import command_line, command_text
 from manga_page_analysis.cli.shutdown import EXIT_INTERRUPTED, GracefulStop
 from manga_page_analysis.config import DEFAULT_VISION_URL, Settings
 from manga_page_analysis.models import Chapter, Job, Manga, Page, PageAnalysis
@@ -41,8 +42,10 @@ def _sample_folder() -> Path:
 
 SAMPLE_FOLDER: Final = _sample_folder()
 """The sample pages: `examples/sample_manga/`, shipped in the wheel as `manga_page_analysis/_sample_manga/`."""
-SAMPLE_TITLE: Final = "Sample manga (make demo)"
+SAMPLE_TITLE: Final = "Sample manga (demo)"
 """Title of the demo's manga; a second run finds the manga by it."""
+FORMER_SAMPLE_TITLES: Final = ("Sample manga (make demo)",)
+"""Titles earlier versions gave it: their sample manga is reused, not copied again."""
 SAMPLE_CHAPTER: Final = Decimal(1)
 TEXT_COLUMN_CHARS: Final = 90
 """OCR text shown per page in the table."""
@@ -90,7 +93,8 @@ def run_demo(
     if graceful.requested.is_set():
         say(
             f"Interrupted after {elapsed:.1f} s: pages being analysed were released to the "
-            "queue; `make demo` (or make run-worker) picks them up again."
+            f"queue; {command_text('demo', make_target='demo')} (or "
+            f"{command_text('run-worker', make_target='run-worker')}) picks them up again."
         )
         return EXIT_INTERRUPTED
     say(f"{'Finished' if drained else 'Gave up'} after {elapsed:.1f} s.")
@@ -172,7 +176,10 @@ def _prepare_pages(engine: Engine, storage: Storage) -> tuple[dict[uuid.UUID, in
         chapter_id = conn.execute(
             select(Chapter.id)
             .join(Manga, Manga.id == Chapter.manga_id)
-            .where(Manga.title == SAMPLE_TITLE, Chapter.number == SAMPLE_CHAPTER)
+            .where(
+                Manga.title.in_((SAMPLE_TITLE, *FORMER_SAMPLE_TITLES)),
+                Chapter.number == SAMPLE_CHAPTER,
+            )
             .order_by(Manga.created_at.desc())
             .limit(1)
         ).scalar_one_or_none()
@@ -244,13 +251,15 @@ def _where(settings: Settings, database_label: str) -> list[str]:
         lines.append(
             f"             embedded Postgres, data in {(settings.dev_dir / 'pgdata').resolve()}"
         )
+    run_worker = command_line("run-worker", make_target="run-worker")
     lines += [
         f"Page images: {settings.storage_url or settings.storage_root.resolve()}",
-        "Run again:   make demo (analyses the same pages again); a long-running worker:",
-        "             make run-worker",
+        f"Run again:   {command_line('demo', make_target='demo')} (analyses the same pages "
+        "again); a long-running worker:",
+        f"             {run_worker}",
         "A real model server (tags, description, NSFW verdict): start an OpenAI-compatible",
         "  vision server (llama.cpp's llama-server, vLLM, Ollama), then",
-        f"  VISION_URL={DEFAULT_VISION_URL} VISION_MODEL=<its model name> make run-worker",
+        f"  VISION_URL={DEFAULT_VISION_URL} VISION_MODEL=<its model name> {run_worker}",
         "  (VISION_BACKEND=ocr keeps the in-process OCR even with VISION_URL set.)",
     ]
     return lines

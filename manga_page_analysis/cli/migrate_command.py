@@ -7,6 +7,7 @@ from typing import Final
 
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
+from manga_page_analysis.cli.invocation import command_text
 from manga_page_analysis.cli.output import first_line, safe_url
 from manga_page_analysis.cli.shutdown import (
     EXIT_FAILED,
@@ -57,13 +58,9 @@ def revision_text(revision: str | None) -> str:
 
 
 def migrate_command_text() -> str:
-    """How to run `migrate` here: `make migrate` in a checkout, the module or the
-    console script where the package is installed."""
-    from manga_page_analysis.migrations import in_checkout
-
-    if in_checkout():
-        return "`make migrate`"
-    return "`python -m manga_page_analysis migrate` (or `manga-analysis migrate`)"
+    """How to run `migrate` here: `make migrate` in a checkout, else the command
+    under the name it was run by (`manga-analysis migrate`)."""
+    return command_text("migrate", make_target="migrate")
 
 
 _NOT_THE_POOLER: Final = (

@@ -15,6 +15,7 @@ from sqlalchemy import Engine
 
 from manga_page_analysis import admin
 from manga_page_analysis.admin.analyze import RequestCounts, request_pages
+from manga_page_analysis.cli.invocation import command_name
 from manga_page_analysis.cli.shutdown import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE
 from manga_page_analysis.models import JOB_STATES
 from manga_page_analysis.observability.terminal import visible
@@ -92,7 +93,7 @@ def jobs_list(engine: Engine, args: argparse.Namespace) -> int:
                 conn, state=args.state, kind=args.kind, limit=args.limit, cursor=args.cursor
             )
     except admin.BadRequest as exc:
-        error(f"{exc}; see `python -m manga_page_analysis jobs list --help`")
+        error(f"{exc}; see `{command_name()} jobs list --help`")
         return EXIT_USAGE
     if args.json:
         print_json(listing)

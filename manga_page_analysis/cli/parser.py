@@ -7,6 +7,7 @@ import argparse
 import math
 import os
 import sys
+import textwrap
 import uuid
 from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Final, NoReturn
 
 from manga_page_analysis import admin
+from manga_page_analysis.cli.invocation import command_name, docs_folder
 from manga_page_analysis.cli.shutdown import EXIT_USAGE
 from manga_page_analysis.config import MAX_RETENTION_DAYS, MAX_TIMEOUT_SECONDS
 from manga_page_analysis.models import JOB_STATES
@@ -24,6 +26,9 @@ DEFAULT_COPY_JOBS: Final = 8
 """`storage copy --jobs`: objects copied at once."""
 MAX_COPY_JOBS: Final = 64
 
+HELP_WIDTH: Final = 79
+"""Where the top-level help's paragraphs are wrapped."""
+
 DISTRIBUTION: Final = "manga-page-analysis"
 """The installed package's name (for `--version`)."""
 
@@ -31,12 +36,22 @@ DESCRIPTION: Final = (
     "Manga page analysis: a Postgres job queue and the workers that analyse manga pages "
     "(OCR text, tags, description, NSFW verdict) with a vision model server or in-process OCR."
 )
-EPILOG: Final = (
-    "Configuration comes from the environment (and a .env file): DATABASE_URL (unset: an "
-    "embedded PostgreSQL under .dev/), VISION_URL (unset: in-process OCR), STORAGE_ROOT or "
-    "STORAGE_URL, ... "
-    "See docs/environment.md. `python -m manga_page_analysis COMMAND --help` describes each command."
-)
+
+
+def epilog(prog: str) -> str:
+    """The top-level help's last paragraph: where the settings are documented (the
+    installed copy of the docs, or the checkout's) and how to ask each command."""
+    return (
+        "Configuration comes from the environment (and a .env file): DATABASE_URL (unset: an "
+        "embedded PostgreSQL under .dev/), DATABASE_SCHEMA, VISION_URL (unset: in-process "
+        f"OCR), STORAGE_ROOT or STORAGE_URL, ... See {docs_folder() / 'environment.md'} "
+        f"(all the documentation: {docs_folder() / 'index.md'}). `{prog} COMMAND --help` "
+        "describes each command."
+    )
+
+
+def _wrapped(text: str) -> str:
+    return textwrap.fill(text, width=HELP_WIDTH, break_on_hyphens=False, break_long_words=False)
 
 
 class UsageParser(argparse.ArgumentParser):
@@ -135,9 +150,17 @@ def copy_jobs_arg(value: str) -> int:
     return jobs
 
 
-def build_parser() -> UsageParser:
+def build_parser(prog: str | None = None) -> UsageParser:
+    """The parser of every command; `prog`: the name in usage lines (default: the
+    name this process was run by, `command_name()`)."""
+    prog = prog or command_name()
+    # Wrapped here, not by argparse, which breaks a long path at its hyphens
+    # (`site- packages`): a path a reader copies stays whole on its line.
     parser = UsageParser(
-        prog="python -m manga_page_analysis", description=DESCRIPTION, epilog=EPILOG
+        prog=prog,
+        description=_wrapped(DESCRIPTION),
+        epilog=_wrapped(epilog(prog)),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"{DISTRIBUTION} {version()}")
     parser.add_argument(

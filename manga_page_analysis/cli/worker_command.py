@@ -14,6 +14,7 @@ from manga_page_analysis.cli.shutdown import (
 )
 from manga_page_analysis.config import Settings
 from manga_page_analysis.db import make_engine
+from manga_page_analysis.schema_errors import foreign_revision_advice
 
 logger = logging.getLogger("manga_page_analysis.cli")
 
@@ -33,7 +34,7 @@ def _analyzer_label(settings: Settings) -> str:
 def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
     """Run the workers until a stop signal; 0 after a graceful stop."""
     from manga_page_analysis.analysis.wiring import analysis_runner
-    from manga_page_analysis.migrations import revisions, upgrade_head
+    from manga_page_analysis.migrations import is_ours, revisions, upgrade_head
     from manga_page_analysis.observability.metrics import serving_metrics
     from manga_page_analysis.queue import KIND_ANALYZE_PAGE
     from manga_page_analysis.worker.runner import SHUTDOWN_JOIN_SECONDS
@@ -49,6 +50,14 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
         url = engine.url.render_as_string(hide_password=False)
         try:
             revision, head = revisions(engine)
+            if revision is not None and not is_ours(revision):
+                logger.error(
+                    "run-worker cannot start: %s",
+                    foreign_revision_advice(
+                        settings.database_schema, revision, command=migrate_command_text()
+                    ),
+                )
+                return EXIT_MIGRATIONS_PENDING
             if revision != head:
                 if not migrate_first:
                     logger.error(
@@ -80,9 +89,10 @@ def run_worker(settings: Settings, *, migrate_first: bool | None = None) -> int:
                 ) as runner,
             ):
                 logger.info(
-                    "run-worker: database %s, analyzer %s, storage %s, "
+                    "run-worker: database %s (schema %s), analyzer %s, storage %s, "
                     "%d worker(s), job timeout %.0f s; runner id %s (leased_by of its jobs)",
                     safe_url(url),
+                    settings.database_schema,
                     _analyzer_label(settings),
                     settings.storage_url or settings.storage_root.resolve(),
                     settings.analysis_workers,

@@ -26,6 +26,7 @@ from manga_page_analysis.errors import (
     NotAnImage,
     PageExists,
     PageRefused,
+    TablesNotFound,
 )
 from manga_page_analysis.pages.adding import (
     KEY_PREFIX,
@@ -36,6 +37,7 @@ from manga_page_analysis.pages.adding import (
     check_text,
 )
 from manga_page_analysis.repos import catalog
+from manga_page_analysis.schema_errors import tells_missing_tables
 
 __all__ = [
     "KEY_PREFIX",
@@ -48,6 +50,7 @@ __all__ = [
     "NotAnImage",
     "PageExists",
     "PageRefused",
+    "TablesNotFound",
     "add_page",
     "ensure_chapter",
     "ensure_manga",
@@ -55,6 +58,7 @@ __all__ = [
 
 
 @outage_raises_unavailable
+@tells_missing_tables
 def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> uuid.UUID:
     """The id of the manga the host knows as (`source_id`, `source_key`),
     created with `title` when there is none; an existing manga keeps its
@@ -70,6 +74,7 @@ def ensure_manga(conn: Conn, *, source_id: str, source_key: str, title: str) -> 
 
 
 @outage_raises_unavailable
+@tells_missing_tables
 def ensure_chapter(
     conn: Conn, manga_id: uuid.UUID, *, number: Decimal | int | str, title: str = ""
 ) -> uuid.UUID:

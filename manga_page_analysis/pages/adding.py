@@ -28,6 +28,7 @@ from manga_page_analysis.pages.cleanup import delete_on_rollback
 from manga_page_analysis.pages.image_format import check_image
 from manga_page_analysis.queue.requests import request_analysis
 from manga_page_analysis.repos.catalog import insert_page
+from manga_page_analysis.schema_errors import tells_missing_tables
 from manga_page_analysis.storable import INT4_MAX, unstorable_text
 from manga_page_analysis.storage import Storage, check_key, read_capped
 
@@ -147,6 +148,7 @@ def read_file(path: Path, max_bytes: int) -> bytes:
             os.close(fd)
 
 
+@tells_missing_tables
 def add_page(
     conn: Conn,
     storage: Storage,

@@ -1,7 +1,7 @@
 """The durable job queue on Postgres: job kinds and payloads, enqueueing, leasing, every state
 change of a job, backoff, analysis requests and queue stats."""
 
-from manga_page_analysis.errors import NoSuchPage
+from manga_page_analysis.errors import NoSuchPage, NotAPageId, TablesNotFound
 from manga_page_analysis.queue.backoff import apply_jitter, backoff_base
 from manga_page_analysis.queue.ends import (
     DONE,
@@ -83,6 +83,7 @@ __all__ = [
     "Lease",
     "Leased",
     "NoSuchPage",
+    "NotAPageId",
     "Outcome",
     "Payload",
     "Reclaim",
@@ -90,6 +91,7 @@ __all__ = [
     "SyncChapterContent",
     "SyncChapterList",
     "SyncManga",
+    "TablesNotFound",
     "ack_dead",
     "ack_dead_many",
     "ack_done",

@@ -12,10 +12,11 @@ from typing import Final
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.dberrors import outage_raises_unavailable
-from manga_page_analysis.errors import NoSuchPage
+from manga_page_analysis.errors import NoSuchPage, NotAPageId
 from manga_page_analysis.queue.payloads import AnalyzePage
 from manga_page_analysis.queue.states import release_unowned_many
 from manga_page_analysis.queue.table import run
+from manga_page_analysis.schema_errors import tells_missing_tables
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class Requested:
 
 
 @outage_raises_unavailable
+@tells_missing_tables
 def request_analysis_many(
     conn: Conn, page_ids: Sequence[uuid.UUID], *, force: bool = False
 ) -> Requested:
@@ -97,8 +99,10 @@ def request_analysis_many(
     `force: true`, and a running one is released (attempt refunded) so it
     restarts with the new payload; the old holder's result is then fenced
     off. `NoSuchPage` (naming them) when some ids are no page: then nothing
-    is queued or forced, and the transaction stays usable.
+    is queued or forced, and the transaction stays usable. `NotAPageId` when
+    an id is neither a `uuid.UUID` nor its text, before any statement.
     """
+    page_ids = [_page_id(page_id) for page_id in page_ids]
     job_of: dict[uuid.UUID, uuid.UUID] = {}
     enqueued = in_flight = 0
     todo = list(dict.fromkeys(page_ids))
@@ -122,6 +126,18 @@ def request_analysis_many(
 def request_analysis(conn: Conn, page_id: uuid.UUID, force: bool = False) -> uuid.UUID | None:
     """`request_analysis_many` for one page: the id of the job that will analyse it."""
     return request_analysis_many(conn, [page_id], force=force).job_ids[0]
+
+
+def _page_id(value: object) -> uuid.UUID:
+    """`value` as a UUID: one already, or its text (as a host's form or URL gives it)."""
+    if isinstance(value, uuid.UUID):
+        return value
+    if isinstance(value, str):
+        try:
+            return uuid.UUID(value)
+        except ValueError:
+            pass
+    raise NotAPageId(value)
 
 
 def _enqueue_known(conn: Conn, page_ids: list[uuid.UUID], *, force: bool) -> list[uuid.UUID | None]:

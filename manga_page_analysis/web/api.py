@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, ProgrammingError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from manga_page_analysis import admin
@@ -27,6 +27,8 @@ from manga_page_analysis.config import Settings
 from manga_page_analysis.dberrors import is_transient_db_error
 from manga_page_analysis.errors import DatabaseUnavailable, truncated
 from manga_page_analysis.observability.terminal import visible
+from manga_page_analysis.schema_check import schema_problem
+from manga_page_analysis.schema_errors import not_our_schema
 from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.event_stream import EventStream, EventStreams, EventsUnavailable
@@ -227,6 +229,10 @@ class AdminApi:
             return view(self, request)
         except AdminError as exc:
             return error_response(exc.status, exc.code, str(exc))
+        except ProgrammingError as exc:
+            if not_our_schema(exc):
+                return self._schema_missing(request, exc)
+            raise
         except PoolTimeout as exc:
             logger.warning(
                 "admin API %s %s: no database connection free: %s",
@@ -247,6 +253,17 @@ class AdminApi:
             return unavailable_response(
                 "the database cannot serve or takes no writes now (a failover?); try again"
             )
+
+    def _schema_missing(self, request: ApiRequest, error: ProgrammingError) -> ApiResponse:
+        """503 naming what to set when this package's tables are not in the engine's
+        schema (never migrated there, or another project's alembic revision in it)."""
+        try:
+            problem = schema_problem(self.engine(), command=None)
+        except SQLAlchemyError:
+            problem = None
+        message = problem or str(error.orig).strip().splitlines()[0]
+        logger.error("admin API %s %s: %s", request.method, request.path, message)
+        return error_response(503, "schema_missing", message)
 
 
 @dataclass(frozen=True, slots=True)

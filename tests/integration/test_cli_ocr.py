@@ -158,7 +158,7 @@ def test_make_demo_runs_twice_on_the_test_database(database_url, engine, tmp_pat
     first = make_demo(env)
     assert first.returncode == 0, first.stdout + first.stderr
     out = first.stdout
-    assert f"Imported 'Sample manga (make demo)': {pages} page(s)" in out
+    assert f"Imported 'Sample manga (demo)': {pages} page(s)" in out
     assert "OCR model loaded and warmed up" in out
     assert f"[{pages}/{pages}]" in out and "Finished after" in out
     table = out[out.index("OCR text (one bubble per ' / ')") :].splitlines()[1 : 1 + pages]
@@ -171,7 +171,7 @@ def test_make_demo_runs_twice_on_the_test_database(database_url, engine, tmp_pat
 
     second = make_demo(env)
     assert second.returncode == 0, second.stdout + second.stderr
-    assert f"Reusing 'Sample manga (make demo)': {pages} page(s)" in second.stdout
+    assert f"Reusing 'Sample manga (demo)': {pages} page(s)" in second.stdout
     assert "again (force)" in second.stdout and f"[{pages}/{pages}]" in second.stdout
     with engine.connect() as conn:
         mangas = conn.execute(text("SELECT count(*) FROM mangas")).scalar_one()

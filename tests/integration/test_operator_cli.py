@@ -537,5 +537,6 @@ def test_a_database_without_the_schema_says_to_migrate(empty_database_url, tmp_p
     result = run_cli("jobs", "stats", env=env, cwd=tmp_path)
     assert result.returncode == 1
     assert result.stderr.strip() == (
-        "error: the database has no job tables: run `python -m manga_page_analysis migrate` (alembic upgrade head)"
+        "error: schema public has no tables of this package (it was never migrated): run "
+        "`make migrate`, or set DATABASE_SCHEMA to the schema `migrate` put them in"
     )

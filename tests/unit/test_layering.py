@@ -30,8 +30,8 @@ LAYERS: dict[str, list[set[str]]] = {
         # The page analysis plugs into the generic worker, which knows no job kind and no page.
         {"analysis"},
         {"worker"},
-        {"queue", "repos"},
-        {"migrations"},
+        {"queue", "repos", "schema_check"},
+        {"migrations", "schema_errors"},
         {"db"},
         {"config", "devdb", "models", "dberrors", "online_ddl", "storable"},
         {"storage"},

@@ -493,3 +493,167 @@ def test_a_startproject_django_host_migrates_with_manage_py_migrate(
     assert stats["json"]["jobs"]["analyze_page"]["done"] == 2
     if setup.schema != "public":
         assert setup.count("SELECT count(*) FROM public.pages") == 0  # the host's, untouched
+
+
+# --- what a user of the wheel reads ----------------------------------------------------
+
+HOST_REVISION = "ca8a52db738a"
+"""Flask-Migrate's revision of the host's own schema, in `public`."""
+
+FORGOT_SCHEMA_OPTIONS = """
+    import json
+
+    from app import app, db
+    from manga_page_analysis.pages import ensure_manga
+    from manga_page_analysis.queue import request_analysis
+
+    calls = {
+        "ensure_manga": lambda: ensure_manga(db.session, source_id="s", source_key="k", title="T"),
+        "request_analysis": lambda: request_analysis(db.session, "page-1"),
+    }
+    raised = {}
+    with app.app_context():
+        for name, call in calls.items():
+            try:
+                call()
+            except Exception as exc:
+                raised[name] = [type(exc).__module__ + "." + type(exc).__name__, str(exc)]
+            db.session.rollback()
+    print(json.dumps(raised))
+"""
+
+
+@pytest.fixture
+def flask_migrate_database(postgresql_proc: PostgreSQLExecutor) -> Iterator[str]:
+    """The Mega-Tutorial's database after `flask db upgrade`: its tables and its
+    alembic revision in `public`."""
+    for url in _fresh_database(postgresql_proc, None):
+        engine = create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE pages (id serial PRIMARY KEY, slug text)"))
+            conn.execute(text("CREATE TABLE alembic_version (version_num varchar(32) PRIMARY KEY)"))
+            conn.execute(text(f"INSERT INTO alembic_version VALUES ('{HOST_REVISION}')"))
+        engine.dispose()
+        yield url
+
+
+def _console(host: Host, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """The installed console script, as a user types it."""
+    return subprocess.run(
+        [str(host.python.parent / "manga-analysis"), *args],
+        env=host.env(**env),
+        cwd=host.folder,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def _one_line(output: str) -> str:
+    lines = [line for line in output.splitlines() if line.strip()]
+    assert len(lines) == 1, output
+    return lines[0]
+
+
+# Setting up the host (a wheel, a virtualenv) counts against the timeout.
+@pytest.mark.timeout(1800)
+def test_a_flask_host_is_told_what_to_set_in_its_own_words(
+    flask_host: Host,
+    flask_migrate_database: str,
+    tmp_path: Path,
+    vision_server: ScriptedVisionServer,
+) -> None:
+    url = flask_migrate_database
+    env = {"HOST_DATABASE_URL": url, "DATABASE_URL": url, "STORAGE_ROOT": str(tmp_path / "s")}
+
+    # No DATABASE_SCHEMA, the host's revision in `public`: every face names DATABASE_SCHEMA
+    # the first time, and none sends the user to `migrate` or --migrate, which refuse there.
+    worker = _console(flask_host, "run-worker", VISION_URL=vision_server.url, **env)
+    assert worker.returncode == 2, worker.stderr
+    line = _one_line(worker.stderr)
+    assert HOST_REVISION in line and "DATABASE_SCHEMA=page_analysis" in line, line
+    assert "`manga-analysis migrate` creates it" in line and "--migrate" not in line, line
+    assert "alembic" not in worker.stderr.lower().replace("alembic revision", "")
+    stats = _console(flask_host, "jobs", "stats", **env)
+    assert stats.returncode == 1
+    line = _one_line(stats.stderr)
+    assert line.startswith("error: schema public holds another project's alembic revision")
+    assert "DATABASE_SCHEMA=page_analysis" in line, line
+    admin = json.loads(_check(flask_host.run("admin_get.py", "/admin/analysis/api/stats", **env)))
+    assert admin["status"] == 503
+    message = admin["json"]["error"]["message"]
+    assert HOST_REVISION in message and "DATABASE_SCHEMA" in message, message
+    assert 'schema_options("page_analysis")' in message
+
+    # A bad schema name is a plain sentence; then migrate into a schema of its own.
+    empty = _console(flask_host, "jobs", "stats", DATABASE_SCHEMA="", **env)
+    assert empty.returncode == 2
+    assert _one_line(empty.stderr).startswith("error: bad setting: DATABASE_SCHEMA: is empty: ")
+    assert "pattern" not in empty.stderr and "pydantic" not in empty.stderr
+    migrated = _console(flask_host, "migrate", DATABASE_SCHEMA=SCHEMA, **env)
+    assert migrated.returncode == 0, migrated.stderr
+
+    # The host forgets schema_options on its engine (DATABASE_SCHEMA not passed to it):
+    # the package's own errors, saying what to set; a bad page id is the package's too.
+    (flask_host.folder / "forgot_schema.py").write_text(textwrap.dedent(FORGOT_SCHEMA_OPTIONS))
+    raised = json.loads(_check(flask_host.run("forgot_schema.py", **env)))
+    kind, message = raised["ensure_manga"]
+    assert kind == "manga_page_analysis.errors.TablesNotFound", raised
+    assert "public.mangas" in message and "schema_options(DATABASE_SCHEMA)" in message
+    kind, message = raised["request_analysis"]
+    assert kind == "manga_page_analysis.errors.NotAPageId", raised
+    assert message.startswith("'page-1' is not a page id") and "pydantic" not in message
+
+    # The worker starts quietly (no alembic lines), naming its schema.
+    worker_env = {**env, "DATABASE_SCHEMA": SCHEMA, "VISION_URL": vision_server.url}
+    process = subprocess.Popen(
+        [str(flask_host.python.parent / "manga-analysis"), "run-worker"],
+        env=flask_host.env(**worker_env),
+        cwd=flask_host.folder,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert process.stdout is not None
+    started = []
+    for output_line in process.stdout:
+        started.append(output_line)
+        if "run-worker: database" in output_line:
+            break
+    process.send_signal(signal.SIGTERM)
+    rest, _ = process.communicate(timeout=60)
+    output = "".join(started) + rest
+    assert process.returncode == 0, output
+    assert f"(schema {SCHEMA})" in started[-1], output
+    assert "alembic" not in output.lower(), output
+
+
+# Setting up the host (a wheel, a virtualenv) counts against the timeout.
+@pytest.mark.timeout(1800)
+def test_what_the_installed_commands_say_points_at_the_installed_package(
+    flask_host: Host, database_url: str, tmp_path: Path, vision_server: ScriptedVisionServer
+) -> None:
+    # Usage under the name it was run by; the docs where the package is installed.
+    helped = _console(flask_host, "--help")
+    assert helped.returncode == 0
+    text_ = " ".join(helped.stdout.split())
+    assert text_.startswith("usage: manga-analysis ") and "python -m" not in text_
+    site_packages = flask_host.python.parents[1] / "lib"
+    docs = [word.rstrip(".)") for word in text_.split() if word.endswith("environment.md")]
+    assert len(docs) == 1 and Path(docs[0]).is_file(), text_
+    assert Path(docs[0]).is_relative_to(site_packages) and not docs[0].startswith("docs/")
+    module = _check(flask_host.run("-m", "manga_page_analysis", "jobs", "--help"))
+    assert module.startswith("usage: python -m manga_page_analysis jobs")
+
+    # The demo, run from the wheel, suggests no `make`: the commands that are installed.
+    vision_server.default = ok_answer(analysis_content(ocr_text="デモ"))
+    env = {
+        "DATABASE_URL": database_url,
+        "STORAGE_ROOT": str(tmp_path / "storage"),
+        "VISION_URL": vision_server.url,
+    }
+    demo = _console(flask_host, "demo", "--timeout", "120", **env)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    assert "make" not in demo.stdout, demo.stdout
+    assert "Run again:   manga-analysis demo" in demo.stdout
+    assert "manga-analysis run-worker" in demo.stdout

@@ -85,7 +85,9 @@ def wheel_model_dir() -> Path:
     spec = importlib.util.find_spec("rapidocr")
     if spec is None or spec.origin is None:
         raise OcrModelMissing(
-            "rapidocr is not installed; it is a dependency of this project: run `make install`"
+            "rapidocr is not installed, though manga-page-analysis depends on it: reinstall "
+            "the package (`pip install --force-reinstall manga-page-analysis`; in a checkout "
+            "`make install`)"
         )
     return Path(spec.origin).parent / "models"
 
@@ -117,7 +119,8 @@ class OcrAnalyzer:
                 f"OCR model file(s) missing: {', '.join(map(str, missing))} "
                 f"(found there: {', '.join(present) or 'none'}). The `ocr` backend uses only the "
                 "models inside rapidocr's wheel (rapidocr >= 3.9) and downloads nothing: "
-                "reinstall it (`make clean install`), or set VISION_URL to use a model server"
+                "reinstall it (`pip install --force-reinstall rapidocr`; in a checkout "
+                "`make clean install`), or set VISION_URL to use a model server"
             )
         self.model = (
             f"rapidocr {_version('rapidocr')} {self.det_model_path.stem}+{self.rec_model_path.stem}"

@@ -5,7 +5,6 @@ Read when the app is ready and whenever a URL is needed, never at import time.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
@@ -14,7 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 from sqlalchemy.engine import URL, make_url
 
-from manga_page_analysis.config import DATABASE_SCHEMA_PATTERN
+from manga_page_analysis.config import check_schema_name
 from manga_page_analysis.db import DEFAULT_SCHEMA, normalise_url
 from manga_page_analysis.web.event_stream import DEFAULT_KEEPALIVE_SECONDS, DEFAULT_MAX_STREAMS
 
@@ -83,11 +82,14 @@ def page_analysis_settings() -> PageAnalysisSettings:
     if listen_url is not None and (not isinstance(listen_url, str) or not listen_url.strip()):
         raise ImproperlyConfigured(f"{SETTING}['LISTEN_DATABASE_URL'] must be a non-empty URL")
     schema = parsed.database_schema
-    if not isinstance(schema, str) or not re.match(DATABASE_SCHEMA_PATTERN, schema):
+    if not isinstance(schema, str):
         raise ImproperlyConfigured(
-            f"{SETTING}['DATABASE_SCHEMA'] must be a plain lower-case name "
-            "(letters, digits, _; at most 40)"
+            f"{SETTING}['DATABASE_SCHEMA'] must be a str, e.g. 'page_analysis'"
         )
+    try:
+        check_schema_name(schema)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{SETTING}['DATABASE_SCHEMA'] {exc}") from None
     return parsed
 
 
