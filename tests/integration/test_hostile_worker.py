@@ -76,4 +76,7 @@ def test_a_payloads_force_must_be_a_real_boolean(harness, vision_server):
         harness.events.wait_for("failed", good)  # the queue went on past the bad row
     job = harness.job(job_id)
     assert job.state == "dead" and "force" in job.last_error
-    assert harness.analysis(page_id) is None
+    # Its page was found from what could be read of the payload, and its end
+    # recorded there as any failure would be (the one writer of ends).
+    analysis = harness.analysis(page_id)
+    assert analysis.status == "failed" and "force" in analysis.error
