@@ -33,7 +33,7 @@ from manga_page_analysis.storage import Storage, open_storage
 from manga_page_analysis.web.auth import SAFE_METHODS, Access, Refusal
 from manga_page_analysis.web.event_stream import EventStream, EventStreams, EventsUnavailable
 from manga_page_analysis.web.page import page_security_policy
-from manga_page_analysis.web.unavailable import bound_lock_waits, cannot_serve
+from manga_page_analysis.web.unavailable import bound_lock_waits
 
 logger = logging.getLogger(__name__)
 
@@ -210,9 +210,9 @@ class AdminApi:
         """The method (HEAD is GET; else 405, before auth: which methods a route
         takes is no secret), the auth outcome, the body limit, the origin check of
         a session's writes, `AdminError` as its JSON error, and a database that
-        cannot serve (unreachable, refusing writes in a failover, a lock timeout, a deadlock:
-        `dberrors.is_transient_db_error`;
-        pool exhausted, a lock wait, out of memory) as 503 with `Retry-After`."""
+        cannot serve now (`dberrors.is_transient_db_error`: unreachable, refusing writes
+        in a failover, out of memory, a lock wait, a deadlock; or the pool exhausted) as
+        503 with `Retry-After`."""
         method = "GET" if request.method == "HEAD" else request.method.upper()
         view = route.views.get(method)
         if view is None:
@@ -242,9 +242,7 @@ class AdminApi:
             )
             return unavailable_response("no database connection is free; try again")
         except (DBAPIError, DatabaseUnavailable) as exc:
-            if not (
-                is_transient_db_error(exc) or (isinstance(exc, DBAPIError) and cannot_serve(exc))
-            ):
+            if not is_transient_db_error(exc):
                 raise
             cause = exc.orig if isinstance(exc, DBAPIError) else exc
             logger.warning(

@@ -11,6 +11,7 @@ moves a dead job back to pending. Screenshots go to `tests/artifacts/`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import uuid
@@ -61,8 +62,10 @@ def _require_browser() -> None:
     pytest.skip(message)
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+@contextlib.contextmanager
+def headless_chromium(profile: Path, *, zone: str | None = None) -> Iterator[Any]:
+    """Debian's Chromium through its chromedriver, its profile under `profile`, in the
+    time zone `zone` (default: the machine's)."""
     _require_browser()
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -71,9 +74,10 @@ def browser(tmp_path: Path) -> Iterator[Any]:
     options.binary_location = str(CHROMIUM)
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.add_argument(f"--user-data-dir={profile}")
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    service = Service(str(CHROMEDRIVER), env=None if zone is None else {"TZ": zone})
+    driver = webdriver.Chrome(service=service, options=options)
     driver.set_page_load_timeout(DOM_TIMEOUT)
     try:
         yield driver
@@ -81,8 +85,8 @@ def browser(tmp_path: Path) -> Iterator[Any]:
         driver.quit()
 
 
-@pytest.fixture
-def admin_server(engine: Engine) -> Iterator[tuple[str, Any]]:
+@contextlib.contextmanager
+def serving_admin(engine: Engine, **blueprint_options: Any) -> Iterator[tuple[str, Any]]:
     """The blueprint behind werkzeug's threaded server on 127.0.0.1: (page URL, blueprint)."""
     from flask import Flask
     from werkzeug.serving import make_server
@@ -90,9 +94,7 @@ def admin_server(engine: Engine) -> Iterator[tuple[str, Any]]:
     from manga_page_analysis.web.flask import admin_blueprint
 
     host = Flask(__name__)
-    # A short keep-alive lets the server notice the closed browser quickly,
-    # so the test can check the stream's connection was released.
-    blueprint = admin_blueprint(engine, token=TOKEN, keepalive_seconds=0.5)
+    blueprint = admin_blueprint(engine, **blueprint_options)
     host.register_blueprint(blueprint, url_prefix=MOUNT)
     server = make_server("127.0.0.1", 0, host, threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="admin-http", daemon=True)
@@ -103,6 +105,20 @@ def admin_server(engine: Engine) -> Iterator[tuple[str, Any]]:
         server.shutdown()
         thread.join(timeout=10)
         server.server_close()
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    with headless_chromium(tmp_path / "chromium-profile") as driver:
+        yield driver
+
+
+@pytest.fixture
+def admin_server(engine: Engine) -> Iterator[tuple[str, Any]]:
+    # A short keep-alive lets the server notice the closed browser quickly,
+    # so the test can check the stream's connection was released.
+    with serving_admin(engine, token=TOKEN, keepalive_seconds=0.5) as served:
+        yield served
 
 
 def _listening_backends(engine: Engine) -> int:

@@ -8,7 +8,6 @@ job lookup's "Open job" in full view. Screenshots go to `tests/artifacts/`.
 
 from __future__ import annotations
 
-import threading
 import uuid
 from collections.abc import Iterator
 from decimal import Decimal
@@ -21,12 +20,10 @@ from sqlalchemy import Engine, insert
 from manga_page_analysis.models import Chapter, Manga, Page, PageAnalysis
 from tests.helpers import insert_raw_job
 from tests.integration.test_admin_page import (
-    CHROMEDRIVER,
-    CHROMIUM,
-    CHROMIUM_FLAGS,
     DOM_TIMEOUT,
-    _require_browser,
     _screenshot,
+    headless_chromium,
+    serving_admin,
 )
 
 pytestmark = pytest.mark.slow
@@ -42,43 +39,14 @@ WIDTHS = (1280, 420)
 @pytest.fixture
 def tokyo_browser(tmp_path: Path) -> Iterator[Any]:
     """Headless Chromium whose time zone is `VIEWER_ZONE`."""
-    _require_browser()
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    service = Service(str(CHROMEDRIVER), env={"TZ": VIEWER_ZONE})
-    driver = webdriver.Chrome(service=service, options=options)
-    driver.set_page_load_timeout(DOM_TIMEOUT)
-    try:
+    with headless_chromium(tmp_path / "chromium-profile", zone=VIEWER_ZONE) as driver:
         yield driver
-    finally:
-        driver.quit()
 
 
 @pytest.fixture
 def admin_url(engine: Engine) -> Iterator[str]:
-    from flask import Flask
-    from werkzeug.serving import make_server
-
-    from manga_page_analysis.web.flask import admin_blueprint
-
-    host = Flask(__name__)
-    host.register_blueprint(admin_blueprint(engine, token=TOKEN), url_prefix="/admin/analysis")
-    server = make_server("127.0.0.1", 0, host, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="admin-http", daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}/admin/analysis/"
-    finally:
-        server.shutdown()
-        thread.join(timeout=10)
-        server.server_close()
+    with serving_admin(engine, token=TOKEN) as (url, _):
+        yield url
 
 
 def _seed(engine: Engine) -> dict[str, uuid.UUID]:
