@@ -38,7 +38,7 @@ def run(config: BenchConfig) -> dict[str, object]:
         finally:
             engine.dispose()
         progress("stopping the database")
-    peers = list(suite.PEERS) if config.peers else []
+    peers = list(config.peers)
     results["ratios"] = summary.ratios(results, peers)
     results["meta"] = {
         "started": started_at,
@@ -71,10 +71,11 @@ def main() -> int:
     emit("postgres: " + ", ".join(f"{name}={value}" for name, value in meta["postgres"].items()))
     emit(f"no-op handler: {meta['noop_handler']}")
     emit()
-    summary.print_table(results, list(suite.PEERS) if config.peers else [])
+    summary.print_table(results, list(config.peers))
     emit()
     summary.print_notes(results, meta["config"])
-    for peer, description in suite.PEERS.items() if config.peers else ():
+    for peer in config.peers:
+        description = suite.PEERS[peer]
         emit(
             textwrap.fill(
                 f"{peer}: {description}.", 98, initial_indent="  - ", subsequent_indent="    "

@@ -21,6 +21,21 @@ def _ints(name: str, default: str) -> tuple[int, ...]:
     return tuple(int(part) for part in os.environ.get(name, default).split(","))
 
 
+KNOWN_PEERS: tuple[str, ...] = ("pgqueuer", "procrastinate")
+
+
+def _peers(value: str) -> tuple[str, ...]:
+    if value in ("", "0"):
+        return ()
+    if value == "1":
+        return KNOWN_PEERS
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in names if name not in KNOWN_PEERS]
+    if unknown:
+        raise ValueError(f"BENCH_PEERS: unknown peer(s) {unknown}; known: {KNOWN_PEERS}")
+    return names
+
+
 @dataclass(frozen=True)
 class BenchConfig:
     enqueue_jobs: int = field(default_factory=lambda: _int("BENCH_ENQUEUE_JOBS", 20_000))
@@ -45,7 +60,10 @@ class BenchConfig:
     lease_calls: int = field(default_factory=lambda: _int("BENCH_LEASE_CALLS", 500))
     rounds: int = field(default_factory=lambda: _int("BENCH_ROUNDS", 2))
     budget_seconds: float = field(default_factory=lambda: float(_int("BENCH_BUDGET_SECONDS", 30)))
-    peers: bool = field(default_factory=lambda: os.environ.get("BENCH_PEERS", "") not in ("", "0"))
+    peers: tuple[str, ...] = field(
+        default_factory=lambda: _peers(os.environ.get("BENCH_PEERS", ""))
+    )
+    """`make bench PEERS=1`: every peer; `PEERS=pgqueuer`: the peers named (comma-separated)."""
     pgbouncer: bool = field(
         default_factory=lambda: os.environ.get("BENCH_PGBOUNCER", "") not in ("", "0")
     )

@@ -134,7 +134,7 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
     )
     try:
         with engine.connect() as probe:
-            begun = time.perf_counter()
+            begun, cpu_begun = time.perf_counter(), time.process_time()
             runner.start()
             done = 0
             while time.perf_counter() - begun < budget:
@@ -145,6 +145,7 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
                         break
                 time.sleep(POLL_SECONDS if last[0] >= jobs else 0.01)
             seconds = time.perf_counter() - begun
+            cpu_seconds = time.process_time() - cpu_begun
             if done < jobs:
                 done = _done_count(probe)
         runner.stop()
@@ -156,8 +157,11 @@ def drain(args: dict[str, Any]) -> dict[str, Any]:
         "seconds": seconds,
         "jobs_per_s": done / seconds,
         "capped": done < jobs,
+        # The worker process's CPU (every thread, the done-count polls included).
+        "cpu_us_per_job": cpu_seconds * 1e6 / done if done else None,
         "rss_mb": peak_rss_mb(),
         "handler": source,
+        "lease_rounds": runner.lease_rounds,
         **_ack_figures(runner),
     }
 

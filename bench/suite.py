@@ -137,7 +137,7 @@ def run(engine: Engine, url: str, config: BenchConfig) -> dict[str, Any]:
         "enqueue": {}, "throughput": {}, "processes": {}, "pickup": {}, "pipeline": [],
         "lease_latency": [],
     }  # fmt: skip
-    systems = ("ours", *PEERS) if config.peers else ("ours",)
+    systems = ("ours", *config.peers)
     for number in range(config.rounds):
         progress(f"round {number + 1} of {config.rounds}")
         # Rotate the order each round so that no system always runs first.

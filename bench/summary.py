@@ -115,6 +115,14 @@ def _rows(results: dict[str, Any]) -> list[Row]:
     ]
     if acks:
         add("no-op acks per batch (mean)", {"ours": acks})
+    cpu = [
+        run["cpu_us_per_job"]
+        for runs in throughput.get("ours", {}).values()
+        for run in runs
+        if run.get("cpu_us_per_job")
+    ]
+    if cpu:
+        add("no-op worker CPU per job, best, us", {"ours": [min(cpu)]}, "<= 24")
     for name, target in (("p50", "<= 1.5"), ("p95", ""), ("p99", "<= 3")):
         add(
             f"pickup latency {name}, ms",
