@@ -35,6 +35,7 @@ from manga_page_analysis.queue.table import (
     LAST_ERROR_MAX_CHARS,
     RECLAIM_LIMIT,
     Lease,
+    fetch_rows,
     run,
 )
 
@@ -107,14 +108,22 @@ def after_expiry(lease: Lease, expiries: int, *, refund: bool) -> End | None:
 def _fenced(set_clause: str, *per_row: tuple[str, str]) -> str:
     """`UPDATE ... SET set_clause` of the rows whose lease is current, one per
     lease; `per_row` adds `(name, type)` columns to `v`, bound as arrays of
-    `%(names)s` (a shorter array is padded with NULL by `unnest`)."""
+    `%(names)s` (a shorter array is padded with NULL by `unnest`).
+
+    It answers with the ordinals (1-based, in the arrays) of the leases whose
+    row did NOT change: none, as a rule. Returning the changed ids instead
+    cost the client a UUID object and a result row per job, the largest part
+    of writing a batch of no-op jobs."""
     columns = [("id", "uuid"), ("generation", "bigint"), *per_row]
     arrays = ", ".join(f"%({name}s)s::{sql_type}[]" for name, sql_type in columns)
     names = ", ".join(name for name, _ in columns)
     return (
-        f"UPDATE <<crawler_jobs>> AS j SET {set_clause} FROM unnest({arrays}) AS v({names}) "
+        f"WITH changed AS (UPDATE <<crawler_jobs>> AS j SET {set_clause} "
+        f"FROM unnest({arrays}) WITH ORDINALITY AS v({names}, n) "
         "WHERE j.id = v.id AND j.lease_generation = v.generation AND j.state = 'running' "
-        "RETURNING j.id"
+        "RETURNING v.n) "
+        "SELECT s.n FROM generate_series(1, %(count)s::int) AS s(n) "
+        "WHERE NOT EXISTS (SELECT FROM changed WHERE changed.n = s.n)"
     )
 
 
@@ -158,20 +167,28 @@ def write_ends(conn: Conn, ends: Iterable[tuple[Lease, End]]) -> set[uuid.UUID]:
         by_outcome.setdefault(entry[1].outcome, []).append(entry)
     changed: set[uuid.UUID] = set()
     for outcome, group in by_outcome.items():
+        # Sorted on the UUID's integer, which orders exactly as the UUIDs (and
+        # as Postgres does) without a Python-level comparison per step.
         group.sort(key=_lease_id)
+        ids = [lease.id for lease, _ in group]
         params: dict[str, Any] = {
-            "ids": [lease.id for lease, _ in group],
+            "ids": ids,
             "generations": [lease.lease_generation for lease, _ in group],
+            "count": len(ids),
         }
         if outcome is Outcome.RETRY or outcome is Outcome.DEAD:
             params["errors"] = [truncated(end.reason, LAST_ERROR_MAX_CHARS) for _, end in group]
             params["delays"] = [end.delay for _, end in group]
-        changed.update(run(conn, _statement(outcome), params).scalars())
+        unchanged = {n - 1 for (n,) in fetch_rows(conn, _statement(outcome), params)}
+        if unchanged:
+            changed.update(job_id for at, job_id in enumerate(ids) if at not in unchanged)
+        else:
+            changed.update(ids)
     return changed
 
 
-def _lease_id(entry: tuple[Lease, End]) -> uuid.UUID:
-    return entry[0].id
+def _lease_id(entry: tuple[Lease, End]) -> int:
+    return entry[0].id.int
 
 
 _DISCARD_PENDING: Final = (

@@ -22,7 +22,7 @@ from manga_page_analysis.db import Conn
 from manga_page_analysis.errors import PayloadError
 from manga_page_analysis.queue.ends import End, Outcome, after_expiry, dead, released, write_ends
 from manga_page_analysis.queue.kinds import decode_payload, job_kind, salvage_payload
-from manga_page_analysis.queue.table import Lease, run
+from manga_page_analysis.queue.table import Lease, fetch_rows
 
 logger = logging.getLogger(__name__)
 
@@ -160,10 +160,8 @@ def _lease(
     if limit < 1:
         return leased
     statement = _lease_statement(None if kinds is None else tuple(sorted(set(kinds))), limit)
-    result = run(conn, statement, {"lease_duration": lease_duration, "holder": holder})
-    # Rows unpacked and indexed as tuples: per row, attribute access by name costs
-    # more than the rest of the bookkeeping.
-    rows = sorted(result.all(), key=operator.itemgetter(5, 6))
+    rows = fetch_rows(conn, statement, {"lease_duration": lease_duration, "holder": holder})
+    rows.sort(key=operator.itemgetter(5, 6))
 
     leases, ended = leased.leases, leased.ended
     for job_id, data, attempts, max_attempts, generation, _, _, expiries in rows:

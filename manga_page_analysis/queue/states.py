@@ -102,7 +102,7 @@ def renew_many(conn: Conn, leases: Sequence[Lease], lease_duration: timedelta) -
     if not leases:
         return set()
     # Id order, as every batch: the acker and the heartbeat never deadlock.
-    ordered = sorted(leases, key=lambda lease: lease.id)
+    ordered = sorted(leases, key=lambda lease: lease.id.int)
     params = {
         "ids": [lease.id for lease in ordered],
         "generations": [lease.lease_generation for lease in ordered],

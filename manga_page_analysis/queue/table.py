@@ -90,6 +90,18 @@ def run(conn: Conn, statement: str, params: Mapping[str, Any]) -> CursorResult[*
     return conn.exec_driver_sql(in_schema(statement, schema_of(conn)), params)
 
 
+def fetch_rows(conn: Conn, statement: str, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
+    """`run`, and its rows as the driver's plain tuples: for the hot statements
+    (lease, the ends of a batch), where a SQLAlchemy `Row` per row costs more
+    than the rest of the client's work on it."""
+    result = run(conn, statement, params)
+    try:
+        cursor = result.cursor
+        return [] if cursor is None else list(cursor.fetchall())
+    finally:
+        result.close()
+
+
 @functools.cache
 def in_schema(statement: str, schema: str) -> str:
     """`statement` with each `<<table>>` placeholder replaced by that table of this
