@@ -257,7 +257,7 @@ class LeaseLoop(ThreadService):
             if isinstance(exc, DBAPIError) and not isolated:
                 raise  # the transaction is broken: roll back, then load each job alone
             job = new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
-            with job_log_context(**job.log_fields):
+            with job_log_context(job.log_fields):
                 logger.error("job %s could not be loaded", lease.id, exc_info=exc)
             return job
         return new_job(lease, handler, item)

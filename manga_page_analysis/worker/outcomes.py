@@ -43,7 +43,7 @@ class Outcomes:
         """A failed attempt (`end`: retry or dead) was written, or fenced off
         (`written` False). The job then leaves the registry."""
         try:
-            with job_log_context(**job.log_fields):
+            with job_log_context(job.log_fields):
                 self._failed(job, end, written)
         except Exception:
             logger.exception("could not report the failure of job %s", job.lease.id)
@@ -87,7 +87,7 @@ class Outcomes:
     def acked(self, job: InFlight, written: bool) -> None:
         """Its ack (and result) committed in a batch, or was fenced off (`written` False)."""
         try:
-            with job_log_context(**job.log_fields):
+            with job_log_context(job.log_fields):
                 if not written:
                     logger.warning("%s: lease no longer current; result discarded", job.label)
                     return
@@ -95,6 +95,8 @@ class Outcomes:
                 if job.nothing_to_do:
                     self.publish("skipped", job, attempt=job.lease.attempts)
                     return
+                if self._events is None and not logger.isEnabledFor(logging.INFO):
+                    return  # nobody to tell how long it took
                 duration_ms = job.ctx.elapsed_ms() if job.ctx is not None else 0
                 logger.info(
                     "%s completed in %d ms",
@@ -112,7 +114,7 @@ class Outcomes:
         """A job was released (`why`): on shutdown, reclaimed, or after a failure that
         was not its fault; or its lease was already gone. The job then leaves the registry."""
         try:
-            with job_log_context(**job.log_fields):
+            with job_log_context(job.log_fields):
                 if not written:
                     logger.warning("%s: lease already gone; nothing released", job.label)
                     return
@@ -125,7 +127,7 @@ class Outcomes:
             self._jobs.remove(job)  # an abandoned job has left already: no-op
 
     def lease_lost(self, job: InFlight) -> None:
-        with job_log_context(**job.log_fields):
+        with job_log_context(job.log_fields):
             logger.warning(
                 "%s lost its lease (generation %d); its result will be discarded",
                 job.label,
@@ -136,6 +138,8 @@ class Outcomes:
     # --- helpers -------------------------------------------------------------
 
     def observe(self, job: InFlight, outcome: str) -> None:
+        if self._observer is None:
+            return
         seconds = job.ctx.elapsed_ms() / 1000 if job.ctx is not None else 0.0
         self.notify_observer("job_finished", job.lease.payload.kind, outcome, max(0.0, seconds))
 
@@ -150,6 +154,8 @@ class Outcomes:
             logger.exception("runner observer failed in %s", method)
 
     def publish(self, event_type: str, job: InFlight, **details: Any) -> None:
+        if self._events is None:
+            return
         self._publish(event_type, job.lease.id, job.breadcrumb, details)
 
     def _publish(

@@ -138,7 +138,7 @@ class WorkerPool:
         if ctx is None:
             return  # released on shutdown before it started
         self._heartbeat.watch(ctx.deadline)
-        with job_log_context(**job.log_fields):
+        with job_log_context(job.log_fields):
             if job.load_error is not None:
                 if self._jobs.finish(job):
                     self._acker.fail(job, job.load_error, permanent=False)

@@ -9,41 +9,79 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Mapping
-from types import MappingProxyType
+from collections.abc import Callable, Mapping
 from typing import Any
 
-_fields: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar(
-    "job_log_fields", default=MappingProxyType({})
+FieldsSource = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+"""A block's fields, or a function that returns them (called once, only when a
+line is logged inside the block)."""
+
+
+class _Frame:
+    """One `job_log_context` block: the enclosing block's frame and this one's
+    fields, merged the first time a record asks for them. The runner enters a
+    block or two per job and most blocks log nothing, so nothing is merged (or
+    even built) until a line is logged."""
+
+    __slots__ = ("_merged", "_parent", "_source")
+
+    def __init__(self, parent: _Frame | None, source: FieldsSource) -> None:
+        self._parent = parent
+        self._source = source
+        self._merged: Mapping[str, Any] | None = None
+
+    def fields(self) -> Mapping[str, Any]:
+        merged = self._merged
+        if merged is None:
+            source = self._source
+            own = source() if callable(source) else source
+            base = self._parent.fields() if self._parent is not None else {}
+            # Two threads may merge at once: both get the same fields.
+            merged = self._merged = {
+                **base,
+                **{key: value for key, value in own.items() if value is not None},
+            }
+        return merged
+
+
+_frame: contextvars.ContextVar[_Frame | None] = contextvars.ContextVar(
+    "job_log_fields", default=None
 )
+
+
+def current_fields() -> Mapping[str, Any]:
+    """The job fields of the innermost `job_log_context` block (empty outside one)."""
+    frame = _frame.get()
+    return {} if frame is None else frame.fields()
 
 
 class job_log_context:
     """Add `fields` (job_id, kind, attempt, page_id, ...) to log records in this block.
 
     Nested blocks add to (and may override) the outer fields; `None` values are dropped.
+    The fields come as keywords, or as one mapping or function returning them
+    (`job_log_context(job.fields)`: called only if a line is logged in the block).
     A class rather than a generator: the runner enters one or two per job.
     """
 
-    __slots__ = ("_fields", "_token")
-    _token: contextvars.Token[Mapping[str, Any]]
+    __slots__ = ("_source", "_token")
+    _token: contextvars.Token[_Frame | None]
 
-    def __init__(self, **fields: Any) -> None:
-        self._fields = fields
+    def __init__(self, source: FieldsSource | None = None, /, **fields: Any) -> None:
+        self._source: FieldsSource = fields if source is None else source
 
     def __enter__(self) -> None:
-        merged = {**_fields.get(), **{k: v for k, v in self._fields.items() if v is not None}}
-        self._token = _fields.set(merged)
+        self._token = _frame.set(_Frame(_frame.get(), self._source))
 
     def __exit__(self, *exc_info: object) -> None:
-        _fields.reset(self._token)
+        _frame.reset(self._token)
 
 
 class JobFieldsFilter(logging.Filter):
     """Copies the current job fields onto every record it sees (never drops one)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        for key, value in _fields.get().items():
+        for key, value in current_fields().items():
             if not hasattr(record, key):
                 setattr(record, key, value)
         return True
