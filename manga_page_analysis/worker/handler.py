@@ -40,6 +40,13 @@ class JobHandler(Protocol[ItemT, ResultT]):
     `load`, `save` and `save_failure` run inside a transaction the runner
     owns (they must not commit); `execute` runs with no transaction open and
     may take long.
+
+    Optional attribute `load_reads_database` (`True` when absent): `False`
+    promises that `load` runs no SQL. The runner then leases jobs of that kind
+    in one autocommit statement, with no BEGIN and no COMMIT round trip of its
+    own (the lease still waits for its WAL flush), and `load` runs after it.
+    `True`: `load` runs in the lease's transaction, so a load that fails on the
+    database rolls the lease back.
     """
 
     kind: str

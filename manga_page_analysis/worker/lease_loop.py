@@ -13,7 +13,6 @@ once after a reconnect, for what it may have missed.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
@@ -143,6 +142,12 @@ class LeaseLoop(ThreadService):
         self._round_seconds = 0.002  # moving average of a lease round trip
         self._payload_bytes = 0.0  # the largest payload leased lately, decaying
         self.rounds = 0
+        self._loads_in_transaction = {
+            kind: bool(getattr(handler, "load_reads_database", True))
+            for kind, handler in handlers.items()
+        }
+        """Per kind: whether its handler's `load` reads the database (then it runs
+        in the lease's transaction)."""
         jobs.on_slot_freed = self._slot_freed
 
     def wake(self) -> None:
@@ -170,7 +175,9 @@ class LeaseLoop(ThreadService):
         # in a server crash would roll the row back to its previous generation,
         # and the next lease would hand out the lost holder's generation again:
         # two holders that fencing could not tell apart.
-        session = DbSession(self._engine, self._outage, self.stopped)
+        # Autocommit: a round whose kinds all load nothing is one statement that
+        # commits itself; others switch to one transaction for lease and loads.
+        session = DbSession(self._engine, self._outage, self.stopped, autocommit=True)
         all_kinds = list(self._handlers)
         try:
             while not self.stopped.is_set():
@@ -188,9 +195,13 @@ class LeaseLoop(ThreadService):
                     continue
                 self._want_slot = False
                 round_started = time.monotonic()
+                alone = not any(self._loads_in_transaction[kind] for kind in kinds)
                 try:
                     batch, ended = session.run(
-                        functools.partial(self._lease_and_load, kinds=kinds, limit=free)
+                        functools.partial(
+                            self._lease_and_load, kinds=kinds, limit=free, alone=alone
+                        ),
+                        atomic=not alone,
                     )
                 except DatabaseUnavailable:
                     continue  # retried until the runner stops: it stops
@@ -221,11 +232,12 @@ class LeaseLoop(ThreadService):
         return self.idle_poll if left is None else max(left, 0.01)
 
     def _lease_and_load(
-        self, conn: Connection, kinds: list[str], limit: int
+        self, conn: Connection, kinds: list[str], limit: int, alone: bool = False
     ) -> tuple[list[InFlight], list[tuple[InFlight, End]]]:
         """Lease and load in one transaction: the jobs to run, and those that
         ended at lease with their ends (loaded to record them, each in a
-        savepoint), for the acker.
+        savepoint), for the acker. `alone`: no load of these kinds runs SQL, so
+        the lease is one autocommit statement and the loads follow it.
 
         Loads run without savepoints (two round trips per batch saved on the
         hot path). If one raises a database error, the transaction is rolled
@@ -236,9 +248,11 @@ class LeaseLoop(ThreadService):
         leased = lease_with_ends(conn, kinds, limit, self.lease_duration, holder=self._holder)
         handlers = self._handlers
         try:
-            batch = [self._load(conn, lease, isolated=isolated) for lease in leased.leases]
+            batch = [
+                self._load(conn, lease, isolated=isolated, alone=alone) for lease in leased.leases
+            ]
             ended = [
-                (load_ended(conn, handlers.get(held.payload.kind), held), end)
+                (load_ended(conn, handlers.get(held.payload.kind), held, savepoint=not alone), end)
                 for held, end in leased.ended
             ]
             return batch, ended
@@ -248,14 +262,18 @@ class LeaseLoop(ThreadService):
             self._isolate_loads_until = time.monotonic() + ISOLATE_LOADS_SECONDS
             raise _LoadsAborted from exc
 
-    def _load(self, conn: Connection, lease: Lease, *, isolated: bool) -> InFlight:
+    def _load(self, conn: Connection, lease: Lease, *, isolated: bool, alone: bool) -> InFlight:
         handler = self._handlers[lease.payload.kind]
         try:
-            with conn.begin_nested() if isolated else contextlib.nullcontext():
+            if isolated and not alone:
+                with conn.begin_nested():
+                    item = handler.load(conn, lease)
+            else:
                 item = handler.load(conn, lease)
         except Exception as exc:
-            if isinstance(exc, DBAPIError) and not isolated:
+            if isinstance(exc, DBAPIError) and not isolated and not alone:
                 raise  # the transaction is broken: roll back, then load each job alone
+            # (`alone`: the lease has committed; a load that ran SQL after all fails its job.)
             job = new_job(lease, handler, load_error=f"could not load job: {describe_error(exc)}")
             with job_log_context(job.log_fields):
                 logger.error("job %s could not be loaded", lease.id, exc_info=exc)

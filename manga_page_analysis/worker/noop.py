@@ -25,6 +25,11 @@ class NoopHandler(JobHandler[Lease, None]):
         self.calls = 0
         """The `execute` calls so far (exact across pool threads)."""
 
+    @property
+    def load_reads_database(self) -> bool:
+        """`False`: this `load` runs no SQL (a subclass that overrides `load` may)."""
+        return type(self).load is not NoopHandler.load
+
     def load(self, conn: Connection, lease: Lease) -> Lease:
         return lease
 

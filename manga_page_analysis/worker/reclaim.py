@@ -14,6 +14,7 @@ them; a runner that dies in between leaves them to expire again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Mapping
 from datetime import timedelta
@@ -60,15 +61,18 @@ class Reclaimer:
         return load_ended(conn, self._handlers.get(held.payload.kind), held)
 
 
-def load_ended(conn: Connection, handler: AnyHandler | None, held: Lease) -> InFlight:
+def load_ended(
+    conn: Connection, handler: AnyHandler | None, held: Lease, *, savepoint: bool = True
+) -> InFlight:
     """The in-flight job of a lease that ends without running (at lease, at
     reclaim), loaded in a savepoint so that the end is written whatever the
-    load does. A kind this runner has no handler for, or a payload that did
-    not decode, is not loaded: its end is its row alone."""
+    load does (`savepoint=False`: outside a transaction, for a handler whose
+    load runs no SQL). A kind this runner has no handler for, or a payload that
+    did not decode, is not loaded: its end is its row alone."""
     if handler is None or type(held.payload) is Payload:
         return new_job(held, handler or _NOT_HERE, load_error="not loaded here")
     try:
-        with conn.begin_nested():
+        with conn.begin_nested() if savepoint else contextlib.nullcontext():
             item = handler.load(conn, held)
     except Exception as exc:
         logger.warning("job %s could not be loaded to record its end: %s", held.id, exc)

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from typing import Any
 
+from psycopg.pq import TransactionStatus
 from sqlalchemy import Engine, event, text
 
 from manga_page_analysis.queue import (
@@ -541,3 +542,47 @@ def test_a_runner_stopped_before_it_starts_leases_nothing_and_joins(engine):
     with engine.connect() as conn:
         row = job_row(conn, job_id)
     assert (row.state, row.attempts) == ("pending", 0)
+
+
+class TransactionProbe(NoopHandler):
+    """Notes, for each load, whether a transaction was open on its connection."""
+
+    def __init__(self, reads_database: bool) -> None:
+        super().__init__(KIND_SYNC_MANGA)
+        self._reads_database = reads_database
+        self.in_transaction: list[bool] = []
+
+    @property
+    def load_reads_database(self) -> bool:
+        return self._reads_database
+
+    def load(self, conn: Any, lease: Lease) -> Lease:
+        status = conn.connection.driver_connection.info.transaction_status
+        self.in_transaction.append(status != TransactionStatus.IDLE)
+        return lease
+
+
+def test_a_kind_whose_load_reads_nothing_is_leased_without_a_transaction(engine):
+    """`load_reads_database = False`: the lease is one autocommit statement (no
+    BEGIN, no COMMIT of its own), so the load runs after it has committed; by
+    default the load runs inside the lease's transaction. Either way every job
+    is done once."""
+    for reads_database in (False, True):
+        fill(engine, 5)
+        handler = TransactionProbe(reads_database)
+        with running(engine, handler, workers=2) as (_runner, recorder):
+            wait_until(lambda: recorder.outcomes()["done"] == 5, timeout=30)
+        assert handler.in_transaction == [reads_database] * 5
+        assert handler.calls == 5
+        with engine.begin() as conn:
+            conn.execute(text("TRUNCATE crawler_jobs"))
+
+
+def test_the_no_op_handler_says_its_load_reads_nothing_unless_a_subclass_overrides_it():
+    class Loading(NoopHandler):
+        def load(self, conn: Any, lease: Lease) -> Lease:
+            return lease
+
+    assert NoopHandler(KIND_SYNC_MANGA).load_reads_database is False
+    assert CountingHandler().load_reads_database is False
+    assert Loading(KIND_SYNC_MANGA).load_reads_database is True
