@@ -64,7 +64,7 @@ eval-ocr: $(STAMP)
 migrate: $(STAMP)
 	$(PY) -m manga_page_analysis migrate
 
-# PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra);
+# PEERS=1 also measures PGQueuer and procrastinate (the optional `bench` extra), PEERS=pgqueuer only the one named;
 # PGBOUNCER=1 also 1-8 worker processes through PgBouncer vs direct (docs/scaling.md).
 bench: $(STAMP)
 	if [ -n "$(PEERS)" ]; then $(PY) -m pip install --quiet -e '.[bench]'; fi
