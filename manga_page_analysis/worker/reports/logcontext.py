@@ -9,32 +9,27 @@ from __future__ import annotations
 
 import contextvars
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-FieldsSource = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
-"""A block's fields, or a function that returns them (called once, only when a
-line is logged inside the block)."""
 
 
 class _Frame:
     """One `job_log_context` block: the enclosing block's frame and this one's
     fields, merged the first time a record asks for them. The runner enters a
-    block or two per job and most blocks log nothing, so nothing is merged (or
-    even built) until a line is logged."""
+    block or two per job and most blocks log nothing, so nothing is merged
+    until a line is logged."""
 
-    __slots__ = ("_merged", "_parent", "_source")
+    __slots__ = ("_merged", "_own", "_parent")
 
-    def __init__(self, parent: _Frame | None, source: FieldsSource) -> None:
+    def __init__(self, parent: _Frame | None, own: Mapping[str, Any]) -> None:
         self._parent = parent
-        self._source = source
+        self._own = own
         self._merged: Mapping[str, Any] | None = None
 
     def fields(self) -> Mapping[str, Any]:
         merged = self._merged
         if merged is None:
-            source = self._source
-            own = source() if callable(source) else source
+            own = self._own
             base = self._parent.fields() if self._parent is not None else {}
             # Two threads may merge at once: both get the same fields.
             merged = self._merged = {
@@ -59,19 +54,23 @@ class job_log_context:
     """Add `fields` (job_id, kind, attempt, page_id, ...) to log records in this block.
 
     Nested blocks add to (and may override) the outer fields; `None` values are dropped.
-    The fields come as keywords, or as one mapping or function returning them
-    (`job_log_context(job.fields)`: called only if a line is logged in the block).
-    A class rather than a generator: the runner enters one or two per job.
+    The fields come as keywords, or as one mapping (`job_log_context(job.log_fields)`,
+    which is not copied). A class rather than a generator: the runner enters one
+    or two per job.
     """
 
-    __slots__ = ("_source", "_token")
+    __slots__ = ("_fields", "_token")
     _token: contextvars.Token[_Frame | None]
 
-    def __init__(self, source: FieldsSource | None = None, /, **fields: Any) -> None:
-        self._source: FieldsSource = fields if source is None else source
+    def __init__(self, fields: Mapping[str, Any] | None = None, /, **more: Any) -> None:
+        if fields is None:
+            fields = more
+        elif more:
+            fields = {**fields, **more}
+        self._fields = fields
 
     def __enter__(self) -> None:
-        self._token = _frame.set(_Frame(_frame.get(), self._source))
+        self._token = _frame.set(_Frame(_frame.get(), self._fields))
 
     def __exit__(self, *exc_info: object) -> None:
         _frame.reset(self._token)
