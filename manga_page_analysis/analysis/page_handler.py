@@ -14,8 +14,8 @@ from manga_page_analysis.analysis.analyzer.protocol import Analyzer, VisionResul
 from manga_page_analysis.config import DEFAULT_MAX_IMAGE_PIXELS, DEFAULT_MAX_SIDE_PX
 from manga_page_analysis.queue import Lease
 from manga_page_analysis.queue.payloads import KIND_ANALYZE_PAGE, AnalyzePage
-from manga_page_analysis.repos.page_analysis import get_status, save_done, save_failed
-from manga_page_analysis.repos.pages import PageContext, get_page_context
+from manga_page_analysis.repos.page_analysis import save_done, save_failed
+from manga_page_analysis.repos.pages import PageContext, get_page_to_analyse
 from manga_page_analysis.storage import Storage
 from manga_page_analysis.worker.handler import JobContext
 
@@ -41,13 +41,14 @@ class PageAnalysisHandler:
         payload = lease.payload
         if not isinstance(payload, AnalyzePage):
             raise TypeError(f"expected an analyze_page payload, got {payload.kind}")
-        page = get_page_context(conn, payload.page_id)
-        if page is None:
+        found = get_page_to_analyse(conn, payload.page_id)
+        if found is None:
             logger.info(
                 "job %s: page %s no longer exists; nothing to do", lease.id, payload.page_id
             )
             return None
-        if not payload.force and get_status(conn, payload.page_id) == "done":
+        page, status = found
+        if not payload.force and status == "done":
             logger.info(
                 "job %s: page %s is already analysed and the job is not forced; skipping",
                 lease.id,

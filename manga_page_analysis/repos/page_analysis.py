@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import Table, case, func, select
+from sqlalchemy import Table, case, func
 from sqlalchemy.dialects.postgresql import insert
 
 from manga_page_analysis.db import Conn
@@ -34,14 +34,6 @@ class AnalysisRecord:
     nsfw_rating: str | None
     nsfw_score: float | None
     ocr_blocks: list[dict[str, Any]] | None
-
-
-def get_status(conn: Conn, page_id: uuid.UUID) -> str | None:
-    """`done`, `failed`, or `None` when the page was never analysed."""
-    status: str | None = conn.execute(
-        select(table.c.status).where(table.c.page_id == page_id)
-    ).scalar_one_or_none()
-    return status
 
 
 def save_done(conn: Conn, page_id: uuid.UUID, record: AnalysisRecord, *, duration_ms: int) -> None:

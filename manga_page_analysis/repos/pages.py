@@ -3,13 +3,15 @@ request for analysis covers."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-from sqlalchemy import ColumnElement, exists, func, select
+from sqlalchemy import ColumnElement, Select, bindparam, exists, func, select
+from sqlalchemy.util.typing import TupleAny
 
 from manga_page_analysis.db import Conn
 from manga_page_analysis.models import Chapter, Manga, Page, PageAnalysis
@@ -29,24 +31,37 @@ class PageContext:
     manga_title: str
 
 
-def get_page_context(conn: Conn, page_id: uuid.UUID) -> PageContext | None:
-    """The page and its breadcrumb, or `None` when the page no longer exists."""
-    row = conn.execute(
+def get_page_to_analyse(conn: Conn, page_id: uuid.UUID) -> tuple[PageContext, str | None] | None:
+    """The page, its breadcrumb and the status of its analysis (`done`, `failed`,
+    or `None` when never analysed), in one query; `None` when the page no
+    longer exists. A page job's `load` needs both, once per job."""
+    row = conn.execute(_page_to_analyse(), {"page_id": page_id}).first()
+    if row is None:
+        return None
+    *context, status = row
+    return PageContext(*context), status
+
+
+@functools.cache
+def _page_to_analyse() -> Select[*TupleAny]:
+    """The statement of `get_page_to_analyse`, built once (on first use)."""
+    return (
         select(
-            Page.id.label("page_id"),
+            Page.id,
             Page.storage_key,
             Page.content_type,
-            Page.number.label("page_number"),
-            Chapter.id.label("chapter_id"),
-            Chapter.number.label("chapter_number"),
-            Manga.id.label("manga_id"),
-            Manga.title.label("manga_title"),
+            Page.number,
+            Chapter.id,
+            Chapter.number,
+            Manga.id,
+            Manga.title,
+            PageAnalysis.status,
         )
         .join(Chapter, Chapter.id == Page.chapter_id)
         .join(Manga, Manga.id == Chapter.manga_id)
-        .where(Page.id == page_id)
-    ).first()
-    return None if row is None else PageContext(**row._mapping)
+        .outerjoin(PageAnalysis, PageAnalysis.page_id == Page.id)
+        .where(Page.id == bindparam("page_id"))
+    )
 
 
 # --- selections for requests of analysis ------------------------------------------
