@@ -80,6 +80,9 @@ class Score:
     """Characters read with a voiced mark lost, added or changed (ご→こ, ぶ→ぷ)."""
     garbage_chars: int = 0
     """Characters of returned blocks that lie on no ground-truth block (nor an ignore region)."""
+    ignored_chars: int = 0
+    """Characters of returned blocks in ignore regions (sound effects, lettering in the art,
+    margins): left out of the CER, but read as text all the same."""
     cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     images: int = 0
@@ -107,11 +110,12 @@ def _inside(box: Sequence[float], region: Sequence[float]) -> bool:
 def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Score:
     """Score the returned blocks (`{"text", "box"?}`, in the order returned) of one image."""
     ignore = [region["box"] for region in truth.get("ignore", [])]
-    kept = [
-        block
-        for block in returned
-        if not ("box" in block and any(_inside(block["box"], region) for region in ignore))
-    ]
+    kept, ignored = [], 0
+    for block in returned:
+        if "box" in block and any(_inside(block["box"], region) for region in ignore):
+            ignored += len(normalise(block["text"]))
+        else:
+            kept.append(block)
     expected = [block["text"] for block in truth["blocks"]]
     reference = normalise("".join(expected))
     hypothesis = normalise("".join(block["text"] for block in kept))
@@ -120,6 +124,7 @@ def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Sc
         reference_chars=len(reference),
         blocks=len(expected),
         images=1,
+        ignored_chars=ignored,
     )
     found: list[int | None] = []
     for text in expected:
@@ -180,7 +185,7 @@ def _line(name: str, score: Score) -> str:
         f"intact {score.intact}/{score.blocks}  order {order:>7}  "
         f"CPU s {score.cpu_seconds / per_image:6.2f}  wall s {score.wall_seconds / per_image:6.2f}"
         f"  | missed {score.missed} dropped {score.dropped_columns} voiced {score.voicing_errors}"
-        f" garbage {score.garbage_chars} order {score.order_errors}"
+        f" garbage {score.garbage_chars} ignored {score.ignored_chars} order {score.order_errors}"
     )
 
 
@@ -341,7 +346,9 @@ def _pool_lomo(
         every = Score()
         for scores in by_setting.values():
             every.add(scores[index])
-        print(_line(f"  setting {index}", every).split("  CPU")[0] + f"  {describe(GRID[index])}")
+        figures = _line(f"  setting {index}", every)
+        print(figures.split("  CPU")[0] + figures[figures.index("  |") :])
+        print(f"      {describe(GRID[index])}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

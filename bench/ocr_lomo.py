@@ -36,9 +36,10 @@ GRID: Final = tuple(
         min_block_score=min_block_score,
         oversized_ratio=oversized_ratio,
         oversized_min_score=oversized_min_score,
+        max_art=max_art,
     )
-    for min_block_score, oversized_ratio, oversized_min_score in itertools.product(
-        (0.65, 0.55, 0.75), (2.0, 1.7, 2.5), (0.9, 0.85, 0.95)
+    for min_block_score, (oversized_ratio, oversized_min_score), max_art in itertools.product(
+        (0.65, 0.55, 0.75), ((2.0, 0.9), (1.7, 0.95)), (0.4, 0.3, 0.5, 9.0)
     )
 )
 """The settings tried, the product's (`DEFAULT_THRESHOLDS`) first: a tie goes to the
@@ -81,5 +82,5 @@ def describe(setting: ReaderThresholds) -> str:
     """A setting in a few characters, for the eval's output."""
     return (
         f"score>={setting.min_block_score} oversized {setting.oversized_ratio}x"
-        f" unless>={setting.oversized_min_score}"
+        f" unless>={setting.oversized_min_score} art>={setting.max_art}"
     )

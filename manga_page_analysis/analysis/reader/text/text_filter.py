@@ -23,6 +23,7 @@ from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
 from manga_page_analysis.analysis.reader.regions.panels import find_panels
 from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
 from manga_page_analysis.analysis.reader.text.char_forms import japanese_forms
+from manga_page_analysis.analysis.reader.text.lettering import without_art
 from manga_page_analysis.analysis.reader.text.thresholds import (
     DEFAULT_THRESHOLDS,
     ReaderThresholds,
@@ -77,6 +78,8 @@ def read_page(
     apart = ruled_apart(grey) if grey is not None else None
     blocks = reading_order(kept, panels, right_to_left=right_to_left, apart=apart)
     read = dialogue_blocks([block for block in blocks if block.text], thresholds)
+    if grey is not None:
+        read = without_art(read, grey, thresholds.max_art)
     if not read and grey is not None:
         # An image that is one piece of lettering was sent to be read: no page rules.
         read = whole_image_lettering(blocks, (grey.shape[1], grey.shape[0]))

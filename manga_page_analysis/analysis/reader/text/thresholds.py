@@ -23,6 +23,9 @@ class ReaderThresholds:
     oversized_min_score: float = 0.9
     """Oversized lettering is kept only when read this confidently (a title, not an effect),
     or when it is mostly kanji (`text_filter.SHOUT_MIN_KANJI`)."""
+    max_art: float = 0.4
+    """A block of one or two letters whose art score (`lettering.art_score`, 0 lettering
+    to 1 art) is at least this is art read as characters, and dropped; above 1, none is."""
 
 
 DEFAULT_THRESHOLDS = ReaderThresholds()
