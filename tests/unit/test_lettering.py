@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine
+from manga_page_analysis.analysis.reader.order.lines import Block, TextLine
 from manga_page_analysis.analysis.reader.text.lettering import (
     art_score,
     judged,

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from manga_page_analysis.analysis.reader import ocr_analyzer as ocr
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 
 
 def test_an_uncovered_balloon_is_looked_at_twice_and_an_empty_one_once(

@@ -44,6 +44,7 @@ def test_a_perfect_reading_scores_zero_and_output_in_ignore_regions_is_left_out(
     score = score_image(TRUTH, returned)
     assert (score.errors, score.reference_chars) == (0, 15)
     assert (score.intact, score.blocks, score.pairs_in_order, score.pairs) == (3, 3, 2, 2)
+    assert score.ignored_chars == 3  # not scored, but counted: an effect read as text
 
 
 def test_noise_outside_ignore_regions_counts_and_merged_blocks_are_not_intact():

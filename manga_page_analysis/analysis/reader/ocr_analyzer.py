@@ -31,7 +31,7 @@ from PIL import Image, ImageDraw, ImageFont
 from manga_page_analysis.analysis.analyzer.answer import Analysis
 from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage, undecodable
 from manga_page_analysis.analysis.analyzer.protocol import READY, Readiness, VisionResult
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_holes import read_holes
 from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
 from manga_page_analysis.analysis.reader.recognition.marks import lone_marks

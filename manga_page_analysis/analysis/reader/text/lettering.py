@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.blocks import Block
+from manga_page_analysis.analysis.reader.order.lines import Block
 
 SHORT_MAX_LETTERS: Final = 2
 """Only blocks of one to this many letters, or of one kanji repeated (才才才), are judged:

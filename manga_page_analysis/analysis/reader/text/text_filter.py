@@ -17,7 +17,8 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import reading_order
+from manga_page_analysis.analysis.reader.order.lines import Block, TextLine
 from manga_page_analysis.analysis.reader.recognition.marks import whole_image_lettering
 from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
 from manga_page_analysis.analysis.reader.regions.panels import find_panels
