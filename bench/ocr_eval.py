@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+from bench.ocr_lomo import EXCLUDED, GRID, describe, leave_one_manga_out, manga_of
 from manga_page_analysis.analysis.reader.recognition.voicing import differs_in_voicing_only
 
 INTACT_MAX_CER: Final = 0.25
@@ -79,6 +80,9 @@ class Score:
     """Characters read with a voiced mark lost, added or changed (ご→こ, ぶ→ぷ)."""
     garbage_chars: int = 0
     """Characters of returned blocks that lie on no ground-truth block (nor an ignore region)."""
+    ignored_chars: int = 0
+    """Characters of returned blocks in ignore regions (sound effects, lettering in the art,
+    margins): left out of the CER, but read as text all the same."""
     cpu_seconds: float = 0.0
     wall_seconds: float = 0.0
     images: int = 0
@@ -106,11 +110,12 @@ def _inside(box: Sequence[float], region: Sequence[float]) -> bool:
 def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Score:
     """Score the returned blocks (`{"text", "box"?}`, in the order returned) of one image."""
     ignore = [region["box"] for region in truth.get("ignore", [])]
-    kept = [
-        block
-        for block in returned
-        if not ("box" in block and any(_inside(block["box"], region) for region in ignore))
-    ]
+    kept, ignored = [], 0
+    for block in returned:
+        if "box" in block and any(_inside(block["box"], region) for region in ignore):
+            ignored += len(normalise(block["text"]))
+        else:
+            kept.append(block)
     expected = [block["text"] for block in truth["blocks"]]
     reference = normalise("".join(expected))
     hypothesis = normalise("".join(block["text"] for block in kept))
@@ -119,6 +124,7 @@ def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Sc
         reference_chars=len(reference),
         blocks=len(expected),
         images=1,
+        ignored_chars=ignored,
     )
     found: list[int | None] = []
     for text in expected:
@@ -179,18 +185,18 @@ def _line(name: str, score: Score) -> str:
         f"intact {score.intact}/{score.blocks}  order {order:>7}  "
         f"CPU s {score.cpu_seconds / per_image:6.2f}  wall s {score.wall_seconds / per_image:6.2f}"
         f"  | missed {score.missed} dropped {score.dropped_columns} voiced {score.voicing_errors}"
-        f" garbage {score.garbage_chars} order {score.order_errors}"
+        f" garbage {score.garbage_chars} ignored {score.ignored_chars} order {score.order_errors}"
     )
 
 
 def folds_by_manga(truth: dict[str, dict[str, Any]], count: int) -> list[list[str]]:
     """The pages split into `count` folds, never a manga across two: images of one manga
-    (their `manga` field; without it each image is its own) go to the same fold, groups
+    (`ocr_lomo.manga_of`) go to the same fold, groups
     dealt in turn to the smallest fold, largest first (reproducible: by size, then name)."""
     groups: dict[str, list[str]] = {}
     for name, entry in truth.items():
         if entry.get("kind", "page") == "page":
-            groups.setdefault(str(entry.get("manga", name)), []).append(name)
+            groups.setdefault(manga_of(name, entry), []).append(name)
     folds: list[list[str]] = [[] for _ in range(max(1, count))]
     for _, names in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0])):
         min(folds, key=len).extend(names)
@@ -204,17 +210,22 @@ def evaluate(
     verbose: bool = False,
     hold_out: Sequence[str] = (),
     folds: int = 0,
+    lomo: bool = False,
 ) -> dict[str, Score]:
     """Run the analyzer over the folder (or folders, pooled as one set) and print the
     figures; returns the pooled scores.
 
     `hold_out`: image names also pooled apart from the rest ("held out" and "developed on").
     `folds`: the pages are also pooled in this many folds by manga (`folds_by_manga`), so
-    that a change that helps one manga and hurts others shows in the spread between folds."""
+    that a change that helps one manga and hurts others shows in the spread between folds.
+    `lomo`: each page is also read with every setting of `ocr_lomo.GRID` (one reading of the
+    page, the kept-text rules applied once per setting), and each manga's pages pooled as
+    read with the setting best on the other manga's pages (the held-out pages never fit)."""
     # Imported here: loading the analyzer module pulls in Pillow and the engine's wiring,
     # which `--help` does not need.
     from manga_page_analysis.analysis.analyzer.prepared_image import prepare_image
-    from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer
+    from manga_page_analysis.analysis.reader.ocr_analyzer import OcrAnalyzer, _decode
+    from manga_page_analysis.analysis.reader.text.text_filter import read_page
 
     truth: dict[str, dict[str, Any]] = {}
     image_folder: dict[str, Path] = {}
@@ -222,6 +233,9 @@ def evaluate(
         for name, entry in json.loads((each / "ground_truth.json").read_text("utf-8")).items():
             if name in truth:
                 raise ValueError(f"{name} is in more than one folder")
+            if name in EXCLUDED:
+                print(f"left out: {name}: {EXCLUDED[name]}")
+                continue
             truth[name] = entry
             image_folder[name] = each / "images" if (each / "images").is_dir() else each
     analyzer = OcrAnalyzer()
@@ -241,16 +255,30 @@ def evaluate(
         pooled.setdefault(name, Score())
     if hold_out:
         pooled["held out"], pooled["developed on"] = Score(), Score()
+    by_setting: dict[str, list[Score]] = {}
     for name, entry in truth.items():
         if only and name not in only:
             continue
         image = prepare_image((image_folder[name] / name).read_bytes())
         cpu, wall = time.process_time(), time.perf_counter()
-        result = analyzer.analyze(image, deadline=time.monotonic() + 600)
+        # What `OcrAnalyzer.analyze` does, in its two parts: the lines are read once, and
+        # what is kept of them is judged with each setting tried.
+        page = _decode(image)
+        lines, grey = analyzer.lines(page)
+        size = image.original_size or page.size
+        scale = (size[0] / page.width, size[1] / page.height)
+
+        blocks = _returned(read_page(lines, grey, analyzer.thresholds), scale, size)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
-        blocks = result.analysis.ocr_blocks or []  # the `ocr` analyzer always gives blocks
         score = score_image(entry, blocks)
         score.cpu_seconds, score.wall_seconds = cpu, wall
+        if lomo and entry.get("kind", "page") == "page":
+            by_setting[name] = [
+                score_image(entry, _returned(read_page(lines, grey, setting), scale, size))
+                for setting in GRID
+            ]
+            for each in by_setting[name]:  # the models' work is shared by every setting
+                each.cpu_seconds, each.wall_seconds = cpu, wall
         print(_line(name, score))
         if verbose:
             for detail in score.details:
@@ -263,6 +291,14 @@ def evaluate(
             pooled[fold_of[name]].add(score)
         if hold_out:
             pooled["held out" if name in hold_out else "developed on"].add(score)
+    if by_setting:
+        _pool_lomo(
+            pooled,
+            by_setting,
+            {name: manga_of(name, truth[name]) for name in by_setting},
+            hold_out,
+            verbose=verbose,
+        )
     print()
     for kind, score in pooled.items():
         if score.images:
@@ -270,6 +306,49 @@ def evaluate(
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"peak RSS: {peak_kib / 1024:.0f} MiB")
     return pooled
+
+
+def _returned(
+    blocks: Sequence[Any], scale: tuple[float, float], size: tuple[int, int]
+) -> list[dict[str, Any]]:
+    """The blocks as `ocr_blocks` holds them (`OcrAnalyzer.analyze`)."""
+    return [block.as_json(*scale, size=size) for block in blocks]
+
+
+def _pool_lomo(
+    pooled: dict[str, Score],
+    by_setting: dict[str, list[Score]],
+    manga: dict[str, str],
+    hold_out: Sequence[str],
+    *,
+    verbose: bool = False,
+) -> None:
+    """Pool "LOMO" (and its held-out part) into `pooled`, and print each manga's setting
+    (and, `verbose`, every setting's figures over all the pages)."""
+    chosen = leave_one_manga_out(
+        by_setting,
+        manga,
+        errors=lambda score: (score.errors, -score.intact),
+        fit_on=lambda name: name not in hold_out,
+    )
+    print(f"\nleave one manga out: {len(set(manga.values()))} manga, {len(GRID)} settings")
+    for held in sorted(set(manga.values())):
+        names = [name for name in by_setting if manga[name] == held]
+        print(f"  {held}: {describe(GRID[chosen[names[0]]])}")
+    pooled["LOMO"] = Score()
+    if hold_out:
+        pooled["LOMO held out"] = Score()
+    for name, scores in by_setting.items():
+        pooled["LOMO"].add(scores[chosen[name]])
+        if name in hold_out:
+            pooled["LOMO held out"].add(scores[chosen[name]])
+    for index in range(len(GRID) if verbose else 0):
+        every = Score()
+        for scores in by_setting.values():
+            every.add(scores[index])
+        figures = _line(f"  setting {index}", every)
+        print(figures.split("  CPU")[0] + figures[figures.index("  |") :])
+        print(f"      {describe(GRID[index])}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -287,12 +366,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--folds", type=int, default=0, help="also pool the pages in this many folds by manga"
     )
+    parser.add_argument(
+        "--lomo",
+        action="store_true",
+        help="also pool the pages leaving one manga out (thresholds chosen on the others)",
+    )
     args = parser.parse_args(argv)
     for folder in args.folder:
         if not (folder / "ground_truth.json").is_file():
             parser.error(f"{folder / 'ground_truth.json'} not found")
     evaluate(
-        args.folder, only=args.only, verbose=args.verbose, hold_out=args.hold_out, folds=args.folds
+        args.folder,
+        only=args.only,
+        verbose=args.verbose,
+        hold_out=args.hold_out,
+        folds=args.folds,
+        lomo=args.lomo,
     )
     return 0
 

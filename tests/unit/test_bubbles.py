@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import reading_order
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.regions.bubbles import (
     empty_bubbles,
     in_bubbles,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.text.char_forms import CHINESE_FORMS, japanese_forms
 from manga_page_analysis.analysis.reader.text.text_filter import read_page
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_holes import (
     Edge,
     Hole,

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import reading_order
 from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps, widest_gap
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 
 
 def positions(columns: list[int], length: float) -> SimpleNamespace:

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from PIL import Image, ImageDraw
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_marks import (
     counted_dots,
     dash_beyond,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import reading_order
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.order.missing_column import with_missing_column
 
 # The left-hand strip of two four-panel strips: its three lower panels were found.

@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from manga_page_analysis.analysis.reader import ocr_analyzer as ocr
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 
 
 def test_an_uncovered_balloon_is_looked_at_twice_and_an_empty_one_once(
@@ -30,6 +30,5 @@ def test_an_uncovered_balloon_is_looked_at_twice_and_an_empty_one_once(
     monkeypatch.setattr(ocr, "empty_bubbles", lambda lines, grey: [(200, 520, 300, 660)])
     monkeypatch.setattr(ocr, "read_holes", lambda engine, page, lines, grey: [])
     monkeypatch.setattr(ocr, "lone_marks", lambda engine, page, lines, grey: [])
-    monkeypatch.setattr(ocr, "read_page", lambda lines, grey: [])
-    ocr.OcrAnalyzer._read(object(), Image.new("RGB", (500, 800), "white"))
+    ocr._lines(object(), Image.new("RGB", (500, 800), "white"))
     assert reads == [((500, 800), True), ((200, 300), True), ((100, 140), False)]

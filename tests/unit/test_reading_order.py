@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from manga_page_analysis.analysis.reader.order.blocks import (
-    TextLine,
-    join_pieces,
-    page_text,
-    reading_order,
-)
+import dataclasses
+
+from manga_page_analysis.analysis.reader.order.blocks import page_text, reading_order
+from manga_page_analysis.analysis.reader.order.lines import TextLine, join_pieces
 
 
 def column(x: float, y: float, text: str, size: float = 30) -> TextLine:
@@ -236,3 +234,17 @@ def test_a_sound_effect_drawn_under_a_column_does_not_continue_it():
     name = column(364, 67, "千春ちゃん")  # y 67..217
     effect = TextLine(310, 222, 388, 281, "ドキ", score=0.63)
     assert sorted(block.text for block in reading_order([name, effect])) == ["ドキ", "千春ちゃん"]
+
+
+def test_a_column_of_dots_alone_joins_the_lettering_of_its_balloon_however_thin():
+    # "……" set as a column of its own: its box is as thin as the dots, under half the
+    # column's thickness, yet it ends the balloon's sentence. On open paper it stays apart.
+    def in_balloon(line: TextLine, bubble: int | None) -> TextLine:
+        return dataclasses.replace(line, bubble=bubble)
+
+    words = column(400, 100, "誰なのかも", size=40)
+    dots = TextLine(384, 105, 398, 145, "……")
+    balloon = reading_order([in_balloon(words, 7), in_balloon(dots, 7)])
+    assert [block.text for block in balloon] == ["誰なのかも……"]
+    open_paper = reading_order([words, dots])
+    assert [block.text for block in open_paper] == ["誰なのかも", "……"]

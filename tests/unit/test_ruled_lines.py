@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import reading_order
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
 from manga_page_analysis.analysis.reader.text.text_filter import read_page
 

@@ -31,13 +31,17 @@ from PIL import Image, ImageDraw, ImageFont
 from manga_page_analysis.analysis.analyzer.answer import Analysis
 from manga_page_analysis.analysis.analyzer.prepared_image import PreparedImage, undecodable
 from manga_page_analysis.analysis.analyzer.protocol import READY, Readiness, VisionResult
-from manga_page_analysis.analysis.reader.order.blocks import Block
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_holes import read_holes
 from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
 from manga_page_analysis.analysis.reader.recognition.marks import lone_marks
 from manga_page_analysis.analysis.reader.recognition.model_weights import write_flushed_model
 from manga_page_analysis.analysis.reader.regions.bubbles import empty_bubbles, uncovered_bubbles
 from manga_page_analysis.analysis.reader.text.text_filter import read_page
+from manga_page_analysis.analysis.reader.text.thresholds import (
+    DEFAULT_THRESHOLDS,
+    ReaderThresholds,
+)
 from manga_page_analysis.errors import DispatchTimeout, ImageError, ServiceError, VisionCancelled
 
 logger = logging.getLogger(__name__)
@@ -103,10 +107,18 @@ class OcrAnalyzer:
     """In-process OCR, an `Analyzer`. One per process; thread-safe. Building it checks that
     the model files exist (`OcrModelMissing`); `start` or `load` load and warm them up."""
 
-    def __init__(self, *, model_dir: Path | None = None, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        model_dir: Path | None = None,
+        threads: int | None = None,
+        thresholds: ReaderThresholds = DEFAULT_THRESHOLDS,
+    ) -> None:
         """`threads`: ONNX Runtime's intra-op threads per call; `None` is `DEFAULT_THREADS`,
-        `-1` lets ONNX Runtime choose (one per core)."""
+        `-1` lets ONNX Runtime choose (one per core). `thresholds`: what of the lines read
+        is kept as text (the product's defaults unless an eval tries others)."""
         self._threads = DEFAULT_THREADS if threads is None else threads
+        self.thresholds = thresholds
         model_dir = model_dir if model_dir is not None else wheel_model_dir()
         self.det_model_path = model_dir / DET_MODEL_FILE
         self.rec_model_path = model_dir / REC_MODEL_FILE
@@ -185,7 +197,7 @@ class OcrAnalyzer:
                 image = Image.new("RGB", (320, 64), "white")
                 font = ImageFont.load_default(30)
                 ImageDraw.Draw(image).text((16, 14), WARM_UP_TEXT, fill="black", font=font)
-                warm_up = " ".join(block.text for block in self._read(engine, image))
+                warm_up = " ".join(block.text for block in read_page(*_lines(engine, image)))
             except Exception as exc:
                 raise OcrModelError(
                     f"OCR models failed to load: {type(exc).__name__}: {exc}"
@@ -244,15 +256,8 @@ class OcrAnalyzer:
         """OCR one page. One OCR call cannot be interrupted: `cancel` and `deadline`
         are checked before it starts and after it ends."""
         _check(deadline, cancel, job_label)
-        if not self._ready.is_set():
-            # The gate keeps jobs away until load; a host calling directly loads here.
-            self.load()
         page = _decode(image)
-        try:
-            blocks = self._read(self._engine, page)
-        finally:
-            if (trim := _malloc_trim()) is not None:
-                trim(0)
+        blocks = read_page(*self.lines(page), self.thresholds)
         _check(deadline, cancel, job_label)
         width, height = image.original_size or page.size
         scale_x, scale_y = width / page.width, height / page.height
@@ -267,21 +272,36 @@ class OcrAnalyzer:
         )
         return VisionResult(analysis=analysis, model=self.model)
 
-    @staticmethod
-    def _read(engine: Any, page: Image.Image) -> list[Block]:
-        lines = read_lines(engine, page)
-        grey = np.asarray(page.convert("L"))
-        # A balloon whose ink the lines found do not cover, or which holds lettering but no
-        # line, is read again on its own; the first also enlarged (bubbles.uncovered_bubbles).
-        uncovered = uncovered_bubbles(lines, grey)
-        for x0, y0, x1, y1 in uncovered + empty_bubbles(lines, grey):
-            known = [line.moved(-x0, -y0) for line in lines]
-            twice = (x0, y0, x1, y1) in uncovered
-            again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=twice)
-            lines += [line.moved(x0, y0) for line in again]
-        lines += read_holes(engine, page, lines, grey)  # a column missing from its pitch
-        lines += lone_marks(engine, page, lines, grey)  # "……" alone in a balloon
-        return read_page(lines, grey)
+    def lines(self, page: Image.Image) -> tuple[list[TextLine], np.ndarray[Any, Any]]:
+        """The lines read on `page` and the page in grey: all the models' work, before the
+        rules of what is kept (`text_filter.read_page`, cheap) are applied. The eval reads a
+        page once this way and tries several `ReaderThresholds` on it."""
+        if not self._ready.is_set():
+            # The gate keeps jobs away until load; a host calling directly loads here.
+            self.load()
+        try:
+            return _lines(self._engine, page)
+        finally:
+            if (trim := _malloc_trim()) is not None:
+                trim(0)
+
+
+def _lines(engine: Any, page: Image.Image) -> tuple[list[TextLine], np.ndarray[Any, Any]]:
+    """The lines read on `page` (a balloon read again, columns and marks the first pass
+    missed) and the page in grey."""
+    lines = read_lines(engine, page)
+    grey = np.asarray(page.convert("L"))
+    # A balloon whose ink the lines found do not cover, or which holds lettering but no
+    # line, is read again on its own; the first also enlarged (bubbles.uncovered_bubbles).
+    uncovered = uncovered_bubbles(lines, grey)
+    for x0, y0, x1, y1 in uncovered + empty_bubbles(lines, grey):
+        known = [line.moved(-x0, -y0) for line in lines]
+        twice = (x0, y0, x1, y1) in uncovered
+        again = read_lines(engine, page.crop((x0, y0, x1, y1)), known, look_twice=twice)
+        lines += [line.moved(x0, y0) for line in again]
+    lines += read_holes(engine, page, lines, grey)  # a column missing from its pitch
+    lines += lone_marks(engine, page, lines, grey)  # "……" alone in a balloon
+    return lines, grey
 
 
 def _check(deadline: float, cancel: threading.Event | None, job_label: str) -> None:

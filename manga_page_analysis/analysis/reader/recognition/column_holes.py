@@ -20,7 +20,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from manga_page_analysis.analysis.reader.order.blocks import SAME_SIZE, TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import SAME_SIZE, reading_order
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL
 from manga_page_analysis.analysis.reader.recognition.detect_and_read import read_lines
 from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles

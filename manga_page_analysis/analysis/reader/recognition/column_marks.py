@@ -23,7 +23,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.blocks import is_column
+from manga_page_analysis.analysis.reader.order.lines import is_column
 from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL, cells_spanned
 from manga_page_analysis.analysis.reader.recognition.marks import ellipsis
 from manga_page_analysis.analysis.reader.recognition.wave_dashes import wave_at_ends

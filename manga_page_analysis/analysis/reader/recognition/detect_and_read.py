@@ -22,8 +22,8 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine, is_column
 from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps
+from manga_page_analysis.analysis.reader.order.lines import TextLine, is_column
 from manga_page_analysis.analysis.reader.recognition.column_marks import dots_and_dashes
 from manga_page_analysis.analysis.reader.recognition.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.reader.recognition.marks import read_marks

@@ -21,7 +21,7 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
-from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine, is_column
+from manga_page_analysis.analysis.reader.order.lines import Block, TextLine, is_column
 from manga_page_analysis.analysis.reader.recognition.column_cells import INK_LEVEL
 from manga_page_analysis.analysis.reader.regions.panels import LIGHT, paper_level, runs
 

@@ -15,7 +15,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.blocks import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.regions.panels import LIGHT, paper_level
 
 BUBBLE_MIN_AREA: Final = 2.0

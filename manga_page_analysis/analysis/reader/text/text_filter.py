@@ -2,7 +2,8 @@
 furigana, sound effects and stray marks.
 
 Pure functions over `TextLine`s, so tests feed boxes directly. The rules, and what they cost
-in recall, are in docs/ocr.md ("What is not text"); the thresholds are the constants below.
+in recall, are in docs/ocr.md ("What is not text"); the thresholds are the constants below
+and those of `ReaderThresholds`, passed in.
 """
 
 from __future__ import annotations
@@ -16,12 +17,18 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.blocks import Block, TextLine, reading_order
+from manga_page_analysis.analysis.reader.order.blocks import reading_order
+from manga_page_analysis.analysis.reader.order.lines import Block, TextLine
 from manga_page_analysis.analysis.reader.recognition.marks import whole_image_lettering
 from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
 from manga_page_analysis.analysis.reader.regions.panels import find_panels
 from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
 from manga_page_analysis.analysis.reader.text.char_forms import japanese_forms
+from manga_page_analysis.analysis.reader.text.lettering import without_art
+from manga_page_analysis.analysis.reader.text.thresholds import (
+    DEFAULT_THRESHOLDS,
+    ReaderThresholds,
+)
 
 FURIGANA_MAX_RATIO: Final = 0.7
 """Ruby is at most this thick relative to the column it annotates (it is set at half size)."""
@@ -40,13 +47,6 @@ glyphs, read from an enlarged balloon, is a little wider than the glyphs)."""
 FURIGANA_MAX_LENGTH: Final = 0.9
 """Ruby annotates a few characters: it is at most this share of its column's length (a
 narrow column as long as its neighbour is text set in narrow glyphs, not ruby)."""
-MIN_BLOCK_SCORE: Final = 0.65
-"""Blocks the recogniser scores below this are dropped (garbage read from drawn lettering)."""
-OVERSIZED_RATIO: Final = 2.0
-"""A line this many times thicker than the page's median line is display lettering."""
-OVERSIZED_MIN_SCORE: Final = 0.9
-"""Oversized lettering is kept only when read this confidently (a title, not an effect), or
-when it is mostly kanji (`SHOUT_MIN_KANJI`)."""
 SHOUT_MIN_KANJI: Final = 0.5
 """Oversized lettering at least this share kanji (of its letters) is a shout, not an effect."""
 MIN_KANA_SHARE: Final = 0.1
@@ -56,8 +56,13 @@ MIN_CJK_SHARE_RTL: Final = 0.1
 """A page reads right to left when at least this share of its letters is CJK (kana, kanji)."""
 
 
-def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) -> list[Block]:
-    """The page's dialogue blocks in reading order. `grey`: the page (for its panels)."""
+def read_page(
+    lines: Sequence[TextLine],
+    grey: NDArray[np.uint8] | None = None,
+    thresholds: ReaderThresholds = DEFAULT_THRESHOLDS,
+) -> list[Block]:
+    """The page's dialogue blocks in reading order. `grey`: the page (for its panels);
+    `thresholds`: what a block must be to be kept."""
     kept = dialogue_lines(lines)
     if is_japanese(kept):
         kept = [
@@ -73,7 +78,9 @@ def read_page(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = None) 
     panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
     apart = ruled_apart(grey) if grey is not None else None
     blocks = reading_order(kept, panels, right_to_left=right_to_left, apart=apart)
-    read = dialogue_blocks([block for block in blocks if block.text])
+    read = dialogue_blocks([block for block in blocks if block.text], thresholds)
+    if grey is not None:
+        read = without_art(read, grey, thresholds.max_art)
     if not read and grey is not None:
         # An image that is one piece of lettering was sent to be read: no page rules.
         read = whole_image_lettering(blocks, (grey.shape[1], grey.shape[0]))
@@ -202,13 +209,17 @@ def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
     return [line for line in words if not is_furigana(line, words)]
 
 
-def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
+def dialogue_blocks(
+    blocks: Sequence[Block], thresholds: ReaderThresholds = DEFAULT_THRESHOLDS
+) -> list[Block]:
     """`blocks` without marks and those read with low confidence or oversized (effects).
 
     Judged per block, not per line: one doubtful column inside a bubble is kept
     with its confident neighbours."""
     confident = [
-        block for block in blocks if block.score >= MIN_BLOCK_SCORE and not is_mark(block.text)
+        block
+        for block in blocks
+        if block.score >= thresholds.min_block_score and not is_mark(block.text)
     ]
     if len(confident) < 3:
         return confident
@@ -216,8 +227,8 @@ def dialogue_blocks(blocks: Sequence[Block]) -> list[Block]:
     return [
         block
         for block in confident
-        if _thickness(block) <= OVERSIZED_RATIO * median
-        or block.score >= OVERSIZED_MIN_SCORE
+        if _thickness(block) <= thresholds.oversized_ratio * median
+        or block.score >= thresholds.oversized_min_score
         or is_mostly_kanji(block.text)
     ]
 
