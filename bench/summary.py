@@ -107,21 +107,16 @@ def _rows(results: dict[str, Any]) -> list[Row]:
             f">= 1 process ({_fmt(_median(one_process))})",
             {"ours"} if any(run["capped"] for run in runs) else None,
         )
-    acks = [
-        run["acks_per_batch"]
-        for runs in throughput.get("ours", {}).values()
-        for run in runs
-        if run.get("acks_per_batch")
-    ]
-    if acks:
+
+    def ours_drains(key: str) -> list[float]:
+        """`key` of every one-process no-op run of ours that reported it."""
+        return [
+            run[key] for runs in throughput.get("ours", {}).values() for run in runs if run.get(key)
+        ]
+
+    if acks := ours_drains("acks_per_batch"):
         add("no-op acks per batch (mean)", {"ours": acks})
-    cpu = [
-        run["cpu_us_per_job"]
-        for runs in throughput.get("ours", {}).values()
-        for run in runs
-        if run.get("cpu_us_per_job")
-    ]
-    if cpu:
+    if cpu := ours_drains("cpu_us_per_job"):
         add("no-op worker CPU per job, best, us", {"ours": [min(cpu)]}, "<= 24")
     for name, target in (("p50", "<= 1.5"), ("p95", ""), ("p99", "<= 3")):
         add(
