@@ -274,3 +274,11 @@ def test_a_column_of_dots_alone_joins_the_lettering_of_its_balloon_however_thin(
     assert [block.text for block in balloon] == ["誰なのかも……"]
     open_paper = reading_order([words, dots])
     assert [block.text for block in open_paper] == ["誰なのかも", "……"]
+
+
+def test_two_blocks_side_by_side_whose_boxes_overlap_a_little_read_right_first():
+    """Two neighbouring balloons' columns whose boxes overlap by a few pixels are still side
+    by side: the right one first, though the left one starts two pixels higher."""
+    left = TextLine(149, 1473, 198, 1685, "もはやとくぎね", bubble=2)
+    right = TextLine(194, 1475, 237, 1712, "ここまでくると", bubble=1)
+    assert page_text([left, right]).splitlines() == ["ここまでくると", "もはやとくぎね"]

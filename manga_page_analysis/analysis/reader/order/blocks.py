@@ -37,8 +37,11 @@ lanes (two rows of a slanted caption), however close their centres."""
 SAME_SIZE: Final = 2.0
 """Lines of one block differ in thickness by at most this factor."""
 
+BESIDE_MAX_SHARED: Final = 0.25
+"""Two blocks are side by side when they share at most this share of the narrower's width
+(the boxes of two neighbouring columns set as two blocks overlap by a few pixels)."""
 BESIDE_MIN_LEVEL: Final = 0.3
-"""Two blocks side by side (sharing no width) are read right first (left first on a page read
+"""Two blocks side by side (`BESIDE_MAX_SHARED`) are read right first (left first on a page read
 left to right) when they lie level with each other along more than this share of the shorter
 one's height; blocks less level, or one over the other, are read top first."""
 
@@ -282,11 +285,11 @@ def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
 
 
 def _read_before(a: Block, b: Block, right_to_left: bool) -> bool:
-    """True when `a` is read before `b`: the one on the side read first when they share no
-    width and lie level along more than `BESIDE_MIN_LEVEL` of the shorter's height, else the
+    """True when `a` is read before `b`: the one on the side read first when they lie side
+    by side (`BESIDE_MAX_SHARED`) and level along more than `BESIDE_MIN_LEVEL` of the shorter's height, else the
     one starting higher (the one on the side read first when both start level)."""
     level = _overlap(a.y0, a.y1, b.y0, b.y1)
-    if level > BESIDE_MIN_LEVEL and _overlap(a.x0, a.x1, b.x0, b.x1) <= 0:
+    if level > BESIDE_MIN_LEVEL and _overlap(a.x0, a.x1, b.x0, b.x1) <= BESIDE_MAX_SHARED:
         return a.x1 > b.x1 if right_to_left else a.x0 < b.x0
     if a.y0 != b.y0:
         return a.y0 < b.y0
