@@ -75,7 +75,7 @@ def reading_order(
         by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
-        ordered.extend(_order_rows(by_panel[index], right_to_left))
+        ordered.extend(_order_panel(by_panel[index], right_to_left))
     return pieces_in_line_order(ordered)
 
 
@@ -258,7 +258,7 @@ def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float
     return len(panels)
 
 
-def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
+def _order_panel(blocks: list[Block], right_to_left: bool) -> list[Block]:
     """The blocks of one panel in reading order: of two blocks side by side and level
     (`_read_before`) the one on the right first, else the higher first. The next block read is
     one that comes before every block left, the highest of them; where the rule goes round a
@@ -269,18 +269,26 @@ def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
         return -block.x1 if right_to_left else block.x0
 
     left = sorted(blocks, key=lambda block: (block.y0, across(block)))
+    # after[i]: the blocks left that block i is not read before (it is read first when none).
+    after = [
+        {
+            j
+            for j, other in enumerate(left)
+            if j != i and not _read_before(block, other, right_to_left)
+        }
+        for i, block in enumerate(left)
+    ]
+    remaining = list(range(len(left)))
     ordered: list[Block] = []
-    while left:
-        first = [
-            block
-            for block in left
-            if all(
-                _read_before(block, other, right_to_left) for other in left if other is not block
-            )
-        ]
-        chosen = first[0] if first else min(left, key=across)
-        ordered.append(chosen)
-        left.remove(chosen)
+    while remaining:
+        chosen = next(
+            (i for i in remaining if not after[i]),
+            min(remaining, key=lambda i: across(left[i])),
+        )
+        ordered.append(left[chosen])
+        remaining.remove(chosen)
+        for i in remaining:
+            after[i].discard(chosen)
     return ordered
 
 
