@@ -294,8 +294,9 @@ def _order_panel(blocks: list[Block], right_to_left: bool) -> list[Block]:
 
 def _read_before(a: Block, b: Block, right_to_left: bool) -> bool:
     """True when `a` is read before `b`: the one on the side read first when they lie side
-    by side (`BESIDE_MAX_SHARED`) and level along more than `BESIDE_MIN_LEVEL` of the shorter's height, else the
-    one starting higher (the one on the side read first when both start level)."""
+    by side (`BESIDE_MAX_SHARED`) and level along more than `BESIDE_MIN_LEVEL` of the
+    shorter's height, else the one starting higher (the one on the side read first when both
+    start at one height)."""
     level = _overlap(a.y0, a.y1, b.y0, b.y1)
     if level > BESIDE_MIN_LEVEL and _overlap(a.x0, a.x1, b.x0, b.x1) <= BESIDE_MAX_SHARED:
         return a.x1 > b.x1 if right_to_left else a.x0 < b.x0

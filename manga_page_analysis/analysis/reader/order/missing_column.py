@@ -5,7 +5,9 @@ Two four-panel strips side by side on a grey magazine scan: the frames of one st
 found, those of the other are not (no clean gutter on the noisy paper, art breaking out of
 the frames). The blocks of the strip that was missed lie in no panel, and each is read just
 before the found panel level with it, so the two strips are read row by row across, where
-a reader reads the right-hand strip to its foot first. Pure functions over boxes.
+a reader reads the right-hand strip to its foot first. The same on the other side: a
+tall panel the finder missed on the left of a found stack (art running off the page) is read
+after the stack's panels level with it. Pure functions over boxes.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def with_missing_column(
 
     On the side read first (the right in manga order) the column put back spans those blocks
     across, and from the highest of them to the foot of the found column; it is read before
-    them. On the side read later it spans the blocks from the highest to the lowest, and is
+    the found panels. On the side read later it spans the blocks from the highest to the lowest, and is
     read after the found panels that start above its foot: a stack of panels beside a tall
     panel the finder missed is read to its foot first, then the tall panel, then the row
     under both."""
@@ -67,7 +69,7 @@ def with_missing_column(
         left if right_to_left else max(block[2] for block in missed),
         bottom,
     )
-    after = sum(1 for panel in panels if panel[1] < bottom)
+    after = sum(1 for panel in panels if panel[1] < bottom)  # a stack: read top down
     return [*panels[:after], column, *panels[after:]]
 
 
