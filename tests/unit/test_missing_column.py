@@ -75,3 +75,23 @@ def test_a_caption_under_a_panel_that_its_box_merely_touches_is_read_after_it():
     inside = column(300, 200, "なか")
     texts = [block.text for block in reading_order([caption, inside], panels)]
     assert texts == ["なか", "しょうかい"]
+
+
+def test_blocks_beside_a_found_stack_on_the_side_read_later_are_read_after_it():
+    # A stack of two panels on the right, a tall panel on the left the finder missed (art
+    # runs off the page), and a row under both: the stack, then the tall panel, then the row.
+    stack = [(340.0, 80.0, 750.0, 425.0), (340.0, 435.0, 750.0, 665.0)]
+    foot = (360.0, 675.0, 750.0, 1130.0)
+    lines = [
+        column(650, 90, "みぎうえ"),
+        column(700, 450, "みぎした"),
+        column(240, 85, "ひだりいち"),
+        column(60, 135, "ひだりに"),
+        column(30, 500, "ひだりさん"),
+        column(620, 700, "したのだん"),
+    ]
+    texts = [block.text for block in reading_order(lines, [*stack, foot])]
+    assert texts == ["みぎうえ", "みぎした", "ひだりいち", "ひだりに", "ひだりさん", "したのだん"]
+    boxes = [(240.0, 85.0, 270.0, 235.0), (60.0, 135.0, 90.0, 255.0), (30.0, 500.0, 60.0, 650.0)]
+    put_back = with_missing_column([*stack, foot], boxes)
+    assert put_back == [*stack, (30.0, 85.0, 340.0, 650.0), foot]

@@ -54,10 +54,36 @@ def test_bubbles_read_right_to_left_then_top_to_bottom():
     ]
 
 
-def test_a_bubble_starting_below_the_middle_of_its_neighbour_starts_a_new_row():
-    high_left = column(100, 100, "うえ")  # y 100..160, middle 130
-    low_right = column(500, 140, "した")  # starts below that middle
+def test_a_bubble_level_with_its_neighbour_along_a_little_of_its_height_is_read_after_it():
+    high_left = column(100, 100, "うえ")  # y 100..160
+    low_right = column(500, 145, "した")  # level with it along 15 px of 60: a step lower
     assert page_text([low_right, high_left]).splitlines() == ["うえ", "した"]
+
+
+def test_side_by_side_bubbles_level_along_a_third_of_the_shorter_are_read_right_first():
+    """A reader's eye moves left to the bubble beside, though it starts lower (a name caption
+    beside a balloon on its right, a stack of two balloons beside a long one)."""
+    high_left = column(100, 100, "ひだり")  # y 100..190
+    right = column(500, 150, "みぎ")  # level with it along 40 px of 60
+    assert page_text([high_left, right]).splitlines() == ["みぎ", "ひだり"]
+    long_left = column(100, 100, "ながいながいせりふ")  # y 100..370
+    stack = [column(500, 40, "うえです"), column(500, 300, "したです")]  # y 40..160, 300..420
+    assert page_text([long_left, *stack]).splitlines() == [
+        "うえです",
+        "したです",
+        "ながいながいせりふ",
+    ]
+
+
+def test_a_margin_column_as_tall_as_the_page_is_read_after_the_blocks_beside_it():
+    """A tall column level with every block on its right does not draw them into one row
+    read right to left across the page: they are read top to bottom, then the column."""
+    margin = column(0, 100, "れんさいちゅうのおしらせです" * 4)  # y 100..1780
+    top = column(600, 130, "きょうから")  # y 130..280
+    mid = column(150, 330, "すずしい")  # y 330..450, left of `top`, lower
+    low = column(550, 580, "おはよう")  # y 580..700
+    texts = page_text([margin, low, mid, top]).splitlines()
+    assert texts == ["きょうから", "すずしい", "おはよう", "れんさいちゅうのおしらせです" * 4]
 
 
 def test_a_vertical_and_a_horizontal_bubble_side_by_side_stay_apart():
@@ -115,7 +141,7 @@ def test_blocks_are_read_panel_by_panel():
     left_low = column(150, 450, "さいご")
     lines = [left_low, right_low, left_high, right_high]
     # Without panels, rows mix the two sides.
-    assert page_text(lines).splitlines() == ["うえの", "ひだり", "さいご", "したの"]
+    assert page_text(lines).splitlines() == ["うえの", "ひだり", "したの", "さいご"]
     blocks = reading_order(lines, panels)
     assert [block.text for block in blocks] == ["うえの", "したの", "ひだり", "さいご"]
 
@@ -213,7 +239,7 @@ def test_a_small_bubble_set_low_beside_a_tall_one_is_read_in_its_row():
     tall one on the side read next: it is read after it, before the row's next bubble."""
     tall = column(500, 100, "ながいながいせりふ")  # y 100..370
     low = column(440, 300, "ねぇ")  # y 300..360, left of the tall one
-    far_left = column(200, 120, "つぎ")  # starts high: in the row
+    far_left = column(200, 280, "つぎ")  # level with the small one, further left
     lines = [far_left, low, tall]
     assert page_text(lines).splitlines() == ["ながいながいせりふ", "ねぇ", "つぎ"]
 
@@ -248,3 +274,11 @@ def test_a_column_of_dots_alone_joins_the_lettering_of_its_balloon_however_thin(
     assert [block.text for block in balloon] == ["誰なのかも……"]
     open_paper = reading_order([words, dots])
     assert [block.text for block in open_paper] == ["誰なのかも", "……"]
+
+
+def test_two_blocks_side_by_side_whose_boxes_overlap_a_little_read_right_first():
+    """Two neighbouring balloons' columns whose boxes overlap by a few pixels are still side
+    by side: the right one first, though the left one starts two pixels higher."""
+    left = TextLine(149, 1473, 198, 1685, "もはやとくぎね", bubble=2)
+    right = TextLine(194, 1475, 237, 1712, "ここまでくると", bubble=1)
+    assert page_text([left, right]).splitlines() == ["ここまでくると", "もはやとくぎね"]

@@ -37,11 +37,13 @@ lanes (two rows of a slanted caption), however close their centres."""
 SAME_SIZE: Final = 2.0
 """Lines of one block differ in thickness by at most this factor."""
 
-ROW_MIN_BESIDE: Final = 0.5
-"""A block lying beside a block of a row along more than this share of its height, on the
-side read later, and over or under none of them (sharing no width with one), is read in that
-row, though it starts below the middle of each of its blocks (a small balloon set low beside
-a tall one)."""
+BESIDE_MAX_SHARED: Final = 0.25
+"""Two blocks are side by side when they share at most this share of the narrower's width
+(the boxes of two neighbouring columns set as two blocks overlap by a few pixels)."""
+BESIDE_MIN_LEVEL: Final = 0.3
+"""Two blocks side by side (`BESIDE_MAX_SHARED`) are read right first (left first on a page read
+left to right) when they lie level with each other along more than this share of the shorter
+one's height; blocks less level, or one over the other, are read top first."""
 
 PANEL_MIN_BESIDE: Final = 0.25
 """A block in no panel lies beside a panel when they overlap along at least this share of the
@@ -73,7 +75,7 @@ def reading_order(
         by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
-        ordered.extend(_order_rows(by_panel[index], right_to_left))
+        ordered.extend(_order_panel(by_panel[index], right_to_left))
     return pieces_in_line_order(ordered)
 
 
@@ -256,43 +258,48 @@ def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float
     return len(panels)
 
 
-def _beside_share(block: Block, other: Block) -> float:
-    """The share of `block`'s height that `other` lies beside."""
-    return (min(block.y1, other.y1) - max(block.y0, other.y0)) / max(1.0, block.y1 - block.y0)
-
-
-def _order_rows(blocks: list[Block], right_to_left: bool) -> list[Block]:
-    """Rows top to bottom; within a row right to left (or left to right). A block starting
-    above the middle of one of the row's blocks is in the row; so is one lying beside one of
-    them on the side read later, over or under none (`ROW_MIN_BESIDE`). A block set low that
-    joined the second way does not draw the blocks under it into the row: only blocks of the
-    first kind are measured against."""
+def _order_panel(blocks: list[Block], right_to_left: bool) -> list[Block]:
+    """The blocks of one panel in reading order: of two blocks side by side and level
+    (`_read_before`) the one on the right first, else the higher first. The next block read is
+    one that comes before every block left, the highest of them; where the rule goes round a
+    loop (a block level with the foot of one block and the head of another, in a staircase
+    of balloons) and no block comes before all, the one furthest on the side read first."""
 
     def across(block: Block) -> float:
         return -block.x1 if right_to_left else block.x0
 
-    rows: list[list[Block]] = []
-    anchors: list[Block] = []  # the current row's blocks that started high in it
-    for block in sorted(blocks, key=lambda block: (block.y0, across(block))):
-        if rows and any(block.y0 < (other.y0 + other.y1) / 2 for other in anchors):
-            rows[-1].append(block)
-            anchors.append(block)
-        elif rows and _read_later_beside(block, rows[-1], anchors, across):
-            rows[-1].append(block)
-        else:
-            rows.append([block])
-            anchors = [block]
-    return [block for row in rows for block in sorted(row, key=across)]
+    left = sorted(blocks, key=lambda block: (block.y0, across(block)))
+    # after[i]: the blocks left that block i is not read before (it is read first when none).
+    after = [
+        {
+            j
+            for j, other in enumerate(left)
+            if j != i and not _read_before(block, other, right_to_left)
+        }
+        for i, block in enumerate(left)
+    ]
+    remaining = list(range(len(left)))
+    ordered: list[Block] = []
+    while remaining:
+        chosen = next(
+            (i for i in remaining if not after[i]),
+            min(remaining, key=lambda i: across(left[i])),
+        )
+        ordered.append(left[chosen])
+        remaining.remove(chosen)
+        for i in remaining:
+            after[i].discard(chosen)
+    return ordered
 
 
-def _read_later_beside(
-    block: Block, row: list[Block], anchors: list[Block], across: Callable[[Block], float]
-) -> bool:
-    """True when `block` lies beside one of `anchors` along more than `ROW_MIN_BESIDE` of its
-    height, on the side read later, and shares no width with any of `row`'s blocks (it is
-    over or under none)."""
-    beside = any(
-        _beside_share(block, other) > ROW_MIN_BESIDE and across(block) > across(other)
-        for other in anchors
-    )
-    return beside and not any(_overlap(block.x0, block.x1, o.x0, o.x1) > 0 for o in row)
+def _read_before(a: Block, b: Block, right_to_left: bool) -> bool:
+    """True when `a` is read before `b`: the one on the side read first when they lie side
+    by side (`BESIDE_MAX_SHARED`) and level along more than `BESIDE_MIN_LEVEL` of the
+    shorter's height, else the one starting higher (the one on the side read first when both
+    start at one height)."""
+    level = _overlap(a.y0, a.y1, b.y0, b.y1)
+    if level > BESIDE_MIN_LEVEL and _overlap(a.x0, a.x1, b.x0, b.x1) <= BESIDE_MAX_SHARED:
+        return a.x1 > b.x1 if right_to_left else a.x0 < b.x0
+    if a.y0 != b.y0:
+        return a.y0 < b.y0
+    return a.x1 > b.x1 if right_to_left else a.x0 < b.x0
