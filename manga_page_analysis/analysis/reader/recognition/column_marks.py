@@ -50,6 +50,11 @@ DOT_CHARS: Final = "…‥・･.．⋯·"
 """What the recogniser writes for dots down a column."""
 DOT_RUN = re.compile(f"[{re.escape(DOT_CHARS)}]+")
 LONE_STOP = re.compile(f"(?<=[^{re.escape(DOT_CHARS)}\\s])[.．･](?=[^{re.escape(DOT_CHARS)}\\s])")
+ROUND_CHARS: Final = "0oOcCeｃｅｏ０○。°"
+"""What the recogniser makes of leader dots set alone down a column, each dot a round glyph:
+"000000000", "cccccc" (a column of nothing but these is dots: no word is)."""
+ROUND_MIN: Final = 3
+"""... at least this many of them (a "0" or "o" alone may be a glyph of a word)."""
 DASH_MIN_LENGTH: Final = 1.0
 """A long dash is at least this many column thicknesses long (a kana's longest stroke, of い
 or り, is shorter than its cell), ..."""
@@ -105,10 +110,22 @@ def dots_and_dashes(
         shift = np.array([left, top], dtype=np.float32)
         local = box - shift
         others = [other - shift for other in boxes[:index] + boxes[index + 1 :]]
-        texts[index] = wave_at_ends(grey, local, middle_dot(counted_dots(grey, local, text)))
+        counted = as_dots(counted_dots(grey, local, text))  # after: its dots are the reader's
+        texts[index] = wave_at_ends(grey, local, middle_dot(counted))
         grown, texts[index] = dash_beyond(grey, local, texts[index], others)
         boxes[index] = grown + shift
     return boxes, texts
+
+
+def as_dots(text: str) -> str:
+    """A column read as `ROUND_MIN` or more round glyphs and nothing else, written as that many
+    leader dots (`marks.ellipsis`); any other `text` as it is. Dots set alone down a column
+    are often read one round glyph each (the count is then the recogniser's, and right more
+    often than not); their column is too thin for `counted_dots` to tell a dot in it."""
+    compact = "".join(text.split())
+    if len(compact) >= ROUND_MIN and set(compact) <= set(ROUND_CHARS):
+        return ellipsis(len(compact))
+    return text
 
 
 def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str:
