@@ -145,3 +145,26 @@ def test_a_short_column_of_a_balloon_counts_in_its_pitch():
     short = TextLine(227, 97, 257, 140, "いい")
     assert short.orientation != "v"
     assert column_holes([*lines, short], balloon_page(*lefts)) == []
+
+
+def test_ruby_whose_column_was_missed_marks_a_hole_beside_it():
+    # Four columns 30 px thick and a 15 px column of kana right of where a fifth, the one it
+    # annotates, was missed: the hole is a column wide, left of the ruby.
+    lefts = (170, 200, 230, 260)
+    lines = [lettered(left, "あいうえおか") for left in lefts]
+    ruby = TextLine(320, 97, 335, 160, "さいあく")
+    [hole] = column_holes([*lines, ruby], balloon_page(*lefts, 290))
+    assert hole.x1 == pytest.approx(320) and hole.x0 == pytest.approx(290)
+    assert hole.balloon is not None
+    assert hole.holds(lettered(290, "最悪の世代"))
+
+
+def test_ruby_beside_its_column_or_a_thin_column_of_marks_is_no_hole():
+    lefts = (170, 200, 230, 260)
+    lines = [lettered(left, "あいうえおか") for left in lefts]
+    beside = TextLine(287, 97, 302, 160, "さいあく")  # right of the column at 260
+    assert column_holes([*lines, beside], balloon_page(*lefts)) == []
+    # A thin column ending in marks with paper on its left is a column, not ruby.
+    marks = TextLine(275, 97, 290, 160, "きた！！")
+    lines = [lettered(left, "あいうえおか") for left in lefts[:3]]
+    assert column_holes([*lines, marks], balloon_page(*lefts[:3])) == []

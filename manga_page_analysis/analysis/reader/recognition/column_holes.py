@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -41,6 +42,9 @@ EDGE_REACH: Final = 1.5
 EDGE_MIN_COLUMNS: Final = 2
 """Only a block of at least this many columns is looked at beside its edges (a lone column
 beside art would be looked at on every page)."""
+RUBY_MAX_RATIO: Final = 0.7
+"""A column of kana at most this thick relative to its balloon's median line is ruby; one with
+no column beside it marks a column missed (`_ruby_holes`)."""
 HOLE_CENTRE_SHARE: Final = 1 / 3
 """A column found again is the missing one when its middle lies within this share of the
 pitch of the hole's middle (pieces of the neighbours cut by the strip lie near its edges)."""
@@ -83,9 +87,11 @@ def column_holes(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = Non
     groups: list[tuple[list[TextLine], bool]] = [
         (list(block.lines), False) for block in reading_order(lines) if block.vertical
     ]
-    if grey is not None:
-        groups += [(group, True) for group in _balloon_columns(in_bubbles(lines, grey))]
     holes: list[Hole] = []
+    if grey is not None:
+        balloons = _balloon_columns(in_bubbles(lines, grey))
+        groups += [(group, True) for group in balloons]
+        holes += [hole for group in balloons for hole in _ruby_holes(group)]
     for group, in_balloon in groups:
         columns = _columns(group)
         if len(columns) < HOLE_MIN_COLUMNS:
@@ -107,6 +113,39 @@ def column_holes(lines: Sequence[TextLine], grey: NDArray[np.uint8] | None = Non
                 if not any(abs(hole.centre - other.centre) < pitch for other in holes):
                     holes.append(hole)
     return holes
+
+
+def _ruby_holes(group: Sequence[TextLine]) -> list[Hole]:
+    """Where a balloon's column was missed but its ruby was found: a column of kana at most
+    `RUBY_MAX_RATIO` as thick as the balloon's median line with no thicker line within half
+    a column of its left (vertical ruby is set right of its column). The hole is a column's
+    thickness wide, left of the ruby."""
+    size = statistics.median(line.thickness for line in group)
+    holes = []
+    for ruby in group:
+        if ruby.thickness > RUBY_MAX_RATIO * size or not _is_kana(ruby.text):
+            continue
+        beside = [
+            line
+            for line in group
+            if line.thickness > RUBY_MAX_RATIO * size
+            and line.x0 < ruby.x0
+            and line.x1 > ruby.x0 - size / 2
+            and line.y0 < ruby.y1
+            and line.y1 > ruby.y0
+        ]
+        if not beside:
+            x0, x1 = ruby.x0 - size, ruby.x0
+            holes.append(Hole(x0, ruby.y0, x1, ruby.y1, size, _around(group, size)))
+    return holes
+
+
+def _is_kana(text: str) -> bool:
+    """Kana alone, with no mark that ends or parts a sentence (ruby holds none)."""
+    if any(char in "!?！？。、" for char in text):
+        return False
+    letters = [char for char in text if not unicodedata.category(char).startswith("P")]
+    return bool(letters) and all("\u3040" <= char <= "\u30ff" for char in letters)
 
 
 def _around(lines: Sequence[TextLine], pitch: float) -> tuple[int, int, int, int]:
