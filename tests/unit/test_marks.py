@@ -300,6 +300,18 @@ def test_dots_are_rewritten_only_where_the_text_has_as_many_runs():
     assert counted_dots(grey, box, "あ…い…") == "あ…い…"  # two read, one printed
 
 
+def test_leaders_at_a_columns_end_cut_by_its_box_are_added_when_the_text_lacks_them():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        kana(draw, 50)
+        dots(draw, 80, 3)  # dots at 84 to 102
+
+    grey = page_with(marks)
+    assert counted_dots(grey, quad(40, 18, 70, 92), "もし") == "もし…"  # the box cuts the run
+    assert counted_dots(grey, quad(40, 18, 70, 110), "もし") == "もし"  # the box holds it: read
+    assert counted_dots(grey, quad(40, 18, 70, 92), "もし…") == "もし…"
+
+
 def test_specks_beside_the_axis_and_marks_at_a_cells_corner_are_not_dots():
     def marks(draw: ImageDraw.ImageDraw) -> None:
         kana(draw, 20)
