@@ -101,3 +101,70 @@ def test_a_column_found_beside_the_edge_belongs_to_the_block():
     assert not edge.holds(lettered(330, "悩んでた"))  # the outer column itself, found again
     assert not edge.holds(TextLine(355, 97, 387, 112, "ドキ"))  # a row, not a column
     assert not edge.holds(TextLine(355, 97, 475, 283, "ドキドキ"))  # far thicker: art
+
+
+def balloon_page(*lefts: int) -> np.ndarray:
+    """A page of open paper with one closed balloon (outline 3 px) holding columns of glyphs
+    (ink squares 24 px, 6 px apart) at `lefts`."""
+    grey = np.full((800, 1000), 250, dtype=np.uint8)
+    grey[50:350, 100:103] = grey[50:350, 397:400] = 20
+    grey[50:53, 100:400] = grey[347:350, 100:400] = 20
+    for left in lefts:
+        for top in range(100, 280, 30):
+            grey[top : top + 24, left : left + 24] = 30
+    return grey
+
+
+def test_a_column_missing_where_it_parts_its_balloon_into_two_blocks_is_a_hole():
+    # Five columns at a 30 px pitch, the middle one missed: the gap parts the balloon's
+    # columns into a block of two and a block of three, neither with a hole in its pitch.
+    lefts = (170, 200, 260, 290, 320)
+    lines = [lettered(left, "あいうえおか") for left in lefts]
+    assert column_holes(lines) == []
+    [hole] = column_holes(lines, balloon_page(*lefts, 230))
+    assert hole.pitch == pytest.approx(30)
+    assert hole.centre == pytest.approx(242)  # the missing column's middle
+    assert hole.balloon is not None
+    left, top, right, bottom = hole.balloon
+    assert left <= 167 and right >= 347 and top <= 97 and bottom >= 283  # round every column
+    assert hole.holds(lettered(230, "かきくけこさ"))
+    assert hole.crosses(lines[1]) and not hole.crosses(lines[0])
+
+
+def test_columns_of_a_balloon_at_an_even_pitch_leave_no_hole():
+    lefts = (170, 200, 230, 260)
+    lines = [lettered(left, "あいうえおか") for left in lefts]
+    assert column_holes(lines, balloon_page(*lefts)) == []
+
+
+def test_a_short_column_of_a_balloon_counts_in_its_pitch():
+    # "いい", a column two glyphs long, is boxed about square (no orientation): it still
+    # stands in the balloon's pitch, and leaves no hole to read again.
+    lefts = (140, 170, 200, 230, 260)
+    lines = [lettered(left, "あいうえおか") for left in (140, 170, 200, 260)]
+    short = TextLine(227, 97, 257, 140, "いい")
+    assert short.orientation != "v"
+    assert column_holes([*lines, short], balloon_page(*lefts)) == []
+
+
+def test_ruby_whose_column_was_missed_marks_a_hole_beside_it():
+    # Four columns 30 px thick and a 15 px column of kana right of where a fifth, the one it
+    # annotates, was missed: the hole is a column wide, left of the ruby.
+    lefts = (170, 200, 230, 260)
+    lines = [lettered(left, "あいうえおか") for left in lefts]
+    ruby = TextLine(320, 97, 335, 160, "さいあく")
+    [hole] = column_holes([*lines, ruby], balloon_page(*lefts, 290))
+    assert hole.x1 == pytest.approx(320) and hole.x0 == pytest.approx(290)
+    assert hole.balloon is not None
+    assert hole.holds(lettered(290, "最悪の世代"))
+
+
+def test_ruby_beside_its_column_or_a_thin_column_of_marks_is_no_hole():
+    lefts = (170, 200, 230, 260)
+    lines = [lettered(left, "あいうえおか") for left in lefts]
+    beside = TextLine(287, 97, 302, 160, "さいあく")  # right of the column at 260
+    assert column_holes([*lines, beside], balloon_page(*lefts)) == []
+    # A thin column ending in marks with paper on its left is a column, not ruby.
+    marks = TextLine(275, 97, 290, 160, "きた！！")
+    lines = [lettered(left, "あいうえおか") for left in lefts[:3]]
+    assert column_holes([*lines, marks], balloon_page(*lefts[:3])) == []

@@ -12,6 +12,7 @@ from PIL import Image, ImageDraw
 
 from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_marks import (
+    as_dots,
     counted_dots,
     dash_beyond,
     dot_runs,
@@ -207,6 +208,15 @@ def test_a_lone_mark_in_a_balloon_is_read_upright():
     assert size[0] == size[1]  # a square cell: not laid on its side
 
 
+def test_a_lone_mark_read_plainly_but_unsurely_is_kept_on_the_page():
+    # The recogniser reads a "！" alone in its cell at 0.55: its place is the evidence, and it
+    # is scored as a counted ellipsis, so that the block bar (0.65) does not drop it.
+    page, lines = page_with_balloon("bang")
+    [mark] = lone_marks(Engine(Recogniser("!", 0.55)), page, lines, grey_of(page))
+    assert mark.text == "！" and mark.score >= 0.9
+    assert "！" in [block.text for block in read_page([*lines, mark], grey_of(page))]
+
+
 def test_a_lone_cell_read_as_a_letter_or_doubtfully_is_not_a_mark():
     for reading, score in (("l", 0.95), ("!", 0.3)):
         page, lines = page_with_balloon("bang")
@@ -288,6 +298,18 @@ def test_dots_are_rewritten_only_where_the_text_has_as_many_runs():
     box = quad(40, 18, 70, 102)
     assert counted_dots(grey, box, "あいう") == "あいう"  # no run read: none added
     assert counted_dots(grey, box, "あ…い…") == "あ…い…"  # two read, one printed
+
+
+def test_leaders_at_a_columns_end_cut_by_its_box_are_added_when_the_text_lacks_them():
+    def marks(draw: ImageDraw.ImageDraw) -> None:
+        kana(draw, 20)
+        kana(draw, 50)
+        dots(draw, 80, 3)  # dots at 84 to 102
+
+    grey = page_with(marks)
+    assert counted_dots(grey, quad(40, 18, 70, 92), "もし") == "もし…"  # the box cuts the run
+    assert counted_dots(grey, quad(40, 18, 70, 110), "もし") == "もし"  # the box holds it: read
+    assert counted_dots(grey, quad(40, 18, 70, 92), "もし…") == "もし…"
 
 
 def test_specks_beside_the_axis_and_marks_at_a_cells_corner_are_not_dots():
@@ -446,3 +468,14 @@ def test_a_lone_full_stop_read_down_a_column_is_the_middle_dot():
     assert middle_dot("ジョン．スミス") == "ジョン・スミス"
     assert middle_dot("あ..い") == "あ..い"  # a run of dots: counted, not a middle dot
     assert middle_dot("終わり.") == "終わり."  # not between two characters
+
+
+def test_a_column_read_as_round_glyphs_alone_is_leader_dots():
+    assert as_dots("000000000") == "………"  # nine bold dots, one "0" each
+    assert as_dots("cccccc") == "……"
+    assert as_dots("o。o。") == "‥‥"
+
+
+def test_a_word_or_a_short_reading_is_not_taken_for_dots():
+    for text in ("00", "o", "100", "cool", "ここ", "0時"):
+        assert as_dots(text) == text

@@ -56,6 +56,15 @@ def test_kana_of_the_same_pitch_at_three_quarters_of_the_thickness_is_text():
     assert not is_furigana(narrow, [main, narrow])
 
 
+def test_kana_ending_in_exclamation_marks_beside_a_wide_box_is_text():
+    # A column read in a box that took in its neighbour too (54 px where the balloon's
+    # columns are 29) makes the next column look thin and small; "！！" is never ruby.
+    wide = TextLine(75, 811, 128, 916, "何か出て", 0.8)
+    column_ = TextLine(53, 816, 82, 888, "きた！！", 0.98)
+    assert not is_furigana(column_, [wide, column_])
+    assert is_furigana(TextLine(53, 816, 82, 888, "きたぞよ", 0.98), [wide])
+
+
 def test_kanji_is_never_furigana():
     main = column(400, 100, "東京です")
     small_kanji = TextLine(431, 100, 446, 130, "東京")

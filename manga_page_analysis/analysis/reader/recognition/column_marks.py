@@ -50,6 +50,11 @@ DOT_CHARS: Final = "…‥・･.．⋯·"
 """What the recogniser writes for dots down a column."""
 DOT_RUN = re.compile(f"[{re.escape(DOT_CHARS)}]+")
 LONE_STOP = re.compile(f"(?<=[^{re.escape(DOT_CHARS)}\\s])[.．･](?=[^{re.escape(DOT_CHARS)}\\s])")
+ROUND_CHARS: Final = "0oOcCeｃｅｏ０○。°"
+"""What the recogniser makes of leader dots set alone down a column, each dot a round glyph:
+"000000000", "cccccc" (a column of nothing but these is dots: no word is)."""
+ROUND_MIN: Final = 3
+"""... at least this many of them (a "0" or "o" alone may be a glyph of a word)."""
 DASH_MIN_LENGTH: Final = 1.0
 """A long dash is at least this many column thicknesses long (a kana's longest stroke, of い
 or り, is shorter than its cell), ..."""
@@ -105,10 +110,22 @@ def dots_and_dashes(
         shift = np.array([left, top], dtype=np.float32)
         local = box - shift
         others = [other - shift for other in boxes[:index] + boxes[index + 1 :]]
-        texts[index] = wave_at_ends(grey, local, middle_dot(counted_dots(grey, local, text)))
+        counted = as_dots(counted_dots(grey, local, text))  # after: its dots are the reader's
+        texts[index] = wave_at_ends(grey, local, middle_dot(counted))
         grown, texts[index] = dash_beyond(grey, local, texts[index], others)
         boxes[index] = grown + shift
     return boxes, texts
+
+
+def as_dots(text: str) -> str:
+    """A column read as `ROUND_MIN` or more round glyphs and nothing else, written as that many
+    leader dots (`marks.ellipsis`); any other `text` as it is. Dots set alone down a column
+    are often read one round glyph each (the count is then the recogniser's, and right more
+    often than not); their column is too thin for `counted_dots` to tell a dot in it."""
+    compact = "".join(text.split())
+    if len(compact) >= ROUND_MIN and set(compact) <= set(ROUND_CHARS):
+        return ellipsis(len(compact))
+    return text
 
 
 def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str:
@@ -116,14 +133,24 @@ def counted_dots(grey: NDArray[Any], box: NDArray[np.float32], text: str) -> str
     image has (`marks.ellipsis`), when the image and the text hold as many runs (of two or
     more dots in the image). A run the text lacks is not added: dots counted where the text
     has none may be specks of a background."""
-    found = dot_runs(grey, box)
-    read = list(DOT_RUN.finditer(text))
+    runs = dot_run_spans(grey, box)
+    found = [count for count, _ in runs]
+    read = [(match.start(), match.end()) for match in DOT_RUN.finditer(text)]
+    if (
+        len(found) == len(read) + 1
+        and text
+        and not DOT_RUN.match(text[-1])
+        and runs[-1][1] > float(box.max(axis=0)[1])
+    ):
+        # One run more, at the column's end, cut by the box (its last dot lies below it): the
+        # leaders that end the line ("もしかして…"), which the recogniser did not see.
+        read.append((len(text), len(text)))
     if not found or len(read) != len(found):
         return text
     pieces, end = [], 0
-    for match, count in zip(read, found, strict=True):
-        pieces += [text[end : match.start()], ellipsis(count)]
-        end = match.end()
+    for (first, last), count in zip(read, found, strict=True):
+        pieces += [text[end:first], ellipsis(count)]
+        end = last
     return "".join(pieces) + text[end:]
 
 
@@ -135,7 +162,13 @@ def middle_dot(text: str) -> str:
 
 
 def dot_runs(grey: NDArray[Any], box: NDArray[np.float32]) -> list[int]:
-    """How many dots each run of two or more leader dots down the column `box` has, top first.
+    """How many dots each run of leader dots down the column `box` has (`dot_run_spans`)."""
+    return [count for count, _ in dot_run_spans(grey, box)]
+
+
+def dot_run_spans(grey: NDArray[Any], box: NDArray[np.float32]) -> list[tuple[int, float]]:
+    """Each run of two or more leader dots down the column `box`, top first: how many dots,
+    and where its last dot's foot lies (`grey`'s rows).
     A dot: `DOT_MIN_SIZE` to `DOT_MAX_SIZE` thicknesses across, about round
     (`DOT_MAX_ELONGATION`), on the axis (`DOT_MAX_OFF_AXIS`); a run: dots next to each other
     down the column (only ink across the axis parts them: not specks of art beside it),
@@ -164,12 +197,13 @@ def dot_runs(grey: NDArray[Any], box: NDArray[np.float32]) -> list[int]:
         & (np.maximum(width, height) <= DOT_MAX_ELONGATION * np.minimum(width, height) + 1)
         & (np.abs(centre - axis) <= DOT_MAX_OFF_AXIS * thickness)
     )
-    found: list[int] = []
+    found: list[tuple[int, float]] = []
     run: list[int] = []
+    origin = max(0, int(reach_top))
 
     def close() -> None:
         if len(run) >= 2 and any(inside[0] <= middle[dot] < inside[1] for dot in run):
-            found.append(len(run))
+            found.append((len(run), origin + float(max(top[dot] + height[dot] for dot in run))))
         run.clear()
 
     for index in np.argsort(middle, kind="stable").tolist():

@@ -222,7 +222,11 @@ def lone_marks(
     for (x0, y0, x1, y1), reading, score in zip(cells, read.txts, read.scores, strict=True):
         text = "".join(unicodedata.normalize("NFKC", reading).split())
         if text and set(text) <= UPRIGHT_MARKS and float(score) >= LONE_MIN_SCORE:
-            found.append(TextLine(x0, y0, x1, y1, text.translate(FULL_WIDTH), float(score)))
+            # Its place is the evidence (a round balloon round one cell of ink), as a counted
+            # ellipsis's is: a mark read alone scores low however plain it is (0.55 for a
+            # clear "!"), and the block bar would drop it.
+            mark = text.translate(FULL_WIDTH)
+            found.append(TextLine(x0, y0, x1, y1, mark, max(float(score), DOTS_SCORE)))
     return found
 
 

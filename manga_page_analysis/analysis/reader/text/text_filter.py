@@ -47,6 +47,8 @@ glyphs, read from an enlarged balloon, is a little wider than the glyphs)."""
 FURIGANA_MAX_LENGTH: Final = 0.9
 """Ruby annotates a few characters: it is at most this share of its column's length (a
 narrow column as long as its neighbour is text set in narrow glyphs, not ruby)."""
+SENTENCE_MARKS: Final = frozenset("!?！？。、")
+"""Marks that end or part a sentence: set in the column, never in the ruby beside it."""
 SHOUT_MIN_KANJI: Final = 0.5
 """Oversized lettering at least this share kanji (of its letters) is a shout, not an effect."""
 MIN_KANA_SHARE: Final = 0.1
@@ -162,8 +164,8 @@ def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
     """True when `line` is ruby beside one of `others`: kana at most `FURIGANA_MAX_RATIO`
     as thick as a column it hugs. A real narrow kana column beside a wider one would be
     lost too; speech bubbles, set in one size, have none."""
-    if not is_kana(line.text):
-        return False
+    if not is_kana(line.text) or any(char in SENTENCE_MARKS for char in line.text):
+        return False  # ruby spells out characters: it holds no "！" nor "、"
     vertical = line.orientation != "h"
     for main in others:
         if main is line or main.thickness * FURIGANA_SMALL_PITCH_MAX_RATIO < line.thickness:
