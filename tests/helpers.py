@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import time
 import uuid
 from collections.abc import Callable
@@ -27,6 +28,21 @@ def insert_raw_job(conn: Connection, payload: Any, **values: Any) -> uuid.UUID:
         insert(Job).values(payload=payload, **values).returning(Job.id)
     ).scalar_one()
     return job_id
+
+
+def queue_outcome(conn: Connection) -> tuple[collections.Counter[str], int, int]:
+    """After a run: the jobs by state, the pages analysed `done`, and the
+    attempts charged over all jobs."""
+    states = collections.Counter(
+        conn.execute(text("SELECT state FROM crawler_jobs")).scalars().all()
+    )
+    analysed = conn.execute(
+        text("SELECT count(*) FROM page_analysis WHERE status = 'done'")
+    ).scalar_one()
+    attempts = conn.execute(
+        text("SELECT coalesce(sum(attempts), 0) FROM crawler_jobs")
+    ).scalar_one()
+    return states, int(analysed), int(attempts)
 
 
 def expire_lease(conn: Connection, job_id: uuid.UUID) -> None:

@@ -25,7 +25,7 @@ from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import upgrade_head
 from manga_page_analysis.queue import request_analysis
 from testbed.vision_server import Reply, analysis_content, ok_answer
-from tests.helpers import count, make_page, wait_until
+from tests.helpers import count, make_page, queue_outcome, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
 from tests.standby import Pair, primary_with_standby
 from tests.worker_support import png_bytes
@@ -59,12 +59,7 @@ def _final_rows(url: str) -> tuple[collections.Counter, int, int, int]:
     engine = make_engine(url)
     try:
         with engine.connect() as conn:
-            states = collections.Counter(
-                conn.execute(text("SELECT state FROM crawler_jobs")).scalars().all()
-            )
-            analyses = conn.execute(
-                text("SELECT count(*) FROM page_analysis WHERE status = 'done'")
-            ).scalar_one()
+            states, analyses, attempts = queue_outcome(conn)
             # The save runs in the ack's transaction, so both rows carry the
             # same now(); a stale holder's late save would stand apart.
             written_over = conn.execute(
@@ -74,7 +69,6 @@ def _final_rows(url: str) -> tuple[collections.Counter, int, int, int]:
                     "WHERE j.state = 'done' AND a.updated_at <> j.updated_at"
                 )
             ).scalar_one()
-            attempts = conn.execute(text("SELECT sum(attempts) FROM crawler_jobs")).scalar_one()
     finally:
         engine.dispose()
     return states, analyses, written_over, attempts

@@ -23,7 +23,7 @@ from manga_page_analysis.db import make_engine
 from manga_page_analysis.migrations import upgrade_head
 from manga_page_analysis.queue import request_analysis
 from testbed.vision_server import Reply, analysis_content, ok_answer
-from tests.helpers import count, make_page, wait_until
+from tests.helpers import count, make_page, queue_outcome, wait_until
 from tests.integration.test_cli import _env, start_worker, stop_worker
 from tests.postgres_server import private_postgres, wait_accepting
 from tests.tcp_proxy import TcpProxy
@@ -277,13 +277,7 @@ def test_postgres_restart_under_a_running_worker(own_postgres, vision_server, tm
         finally:
             code, output = stop_worker(worker)
         with engine.connect() as conn:
-            states = collections.Counter(
-                conn.execute(text("SELECT state FROM crawler_jobs")).scalars().all()
-            )
-            results = conn.execute(
-                text("SELECT count(*) FROM page_analysis WHERE status = 'done'")
-            ).scalar_one()
-            attempts = conn.execute(text("SELECT sum(attempts) FROM crawler_jobs")).scalar_one()
+            states, results, attempts = queue_outcome(conn)
     finally:
         proxy.stop()
         engine.dispose()
@@ -367,9 +361,7 @@ def test_four_processes_of_four_threads_run_every_job_exactly_once(database_url,
         runs.update(ids)
     with engine.connect() as conn:
         all_ids = {str(i) for i in conn.execute(text("SELECT id FROM crawler_jobs")).scalars()}
-        states = collections.Counter(
-            conn.execute(text("SELECT state FROM crawler_jobs")).scalars().all()
-        )
+        states = queue_outcome(conn)[0]
     duplicates = sum(n - 1 for n in runs.values() if n > 1)
     lost = all_ids - set(runs)
     assert states == {"done": jobs}
