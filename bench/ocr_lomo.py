@@ -28,6 +28,7 @@ MANGA_OF: Final = {
     "mtd_dirtest_009.jpg": "かぐや様は告らせたい",
     "mtd_ym31_343.jpg": "空手小公子物語",
     "mtd_ym31_299.jpg": "食べれません",
+    "acmyu_onepiece_p16.jpg": "ONE PIECE",
 }
 """The manga of images whose ground truth has no `manga` field; any other image is its own."""
 
