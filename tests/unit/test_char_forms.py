@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from manga_page_analysis.analysis.reader.order.lines import TextLine
-from manga_page_analysis.analysis.reader.text.char_forms import CHINESE_FORMS, japanese_forms
+from manga_page_analysis.analysis.reader.text.char_forms import (
+    CHINESE_FORMS,
+    japanese_forms,
+    vertical_quotes,
+)
 from manga_page_analysis.analysis.reader.text.text_filter import read_page
 
 
@@ -28,6 +32,20 @@ def test_kanji_japanese_prints_as_they_are_never_change():
 def test_on_a_japanese_page_lines_are_written_in_japanese_forms():
     lines = [column(400, 100, "黑胡麻です"), column(300, 100, "おいしい")]
     assert [block.text for block in read_page(lines)] == ["黒胡麻です", "おいしい"]
+
+
+def test_a_columns_curly_quotes_are_written_as_the_marks_a_column_sets():
+    assert vertical_quotes("\u201c藁人形\u201dは部下達の分身だ") == "〝藁人形〟は部下達の分身だ"
+    assert vertical_quotes("「ゲーム」を") == "「ゲーム」を"
+
+
+def test_quotes_change_in_a_column_of_a_japanese_page_and_not_in_a_row():
+    row = TextLine(100, 600, 100 + 30 * 9, 630, "\u201cLINK\u201dのメンバー", 0.95)
+    lines = [column(400, 100, "\u201c藁人形\u201dは"), column(360, 100, "部下達の分身だ"), row]
+    assert [block.text for block in read_page(lines)] == [
+        "〝藁人形〟は部下達の分身だ",
+        "\u201cLINK\u201dのメンバー",
+    ]
 
 
 def test_a_chinese_page_keeps_its_forms():

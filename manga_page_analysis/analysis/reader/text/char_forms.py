@@ -1,4 +1,5 @@
-"""Kanji the recogniser writes in their Chinese form, written as a Japanese page prints them.
+"""Characters the recogniser writes in another form than a Japanese page prints them: kanji in
+their Chinese form, and the quotation marks of a column.
 
 The recogniser (trained largely on Chinese) reads some Japanese kanji as the form mainland
 Chinese writes: 黒 as 黑, 徳 as 德. `japanese_forms` writes those back. The table is
@@ -26,3 +27,15 @@ def japanese_forms(text: str) -> str:
     """`text` (read on a Japanese page) with the mainland Chinese forms of `CHINESE_FORMS`
     written in their Japanese form: 黑胡麻 → 黒胡麻. Everything else is left as it is."""
     return text.translate(CHINESE_FORMS)
+
+
+VERTICAL_QUOTES: Final = str.maketrans({"\u201c": "\u301d", "\u201d": "\u301f"})
+"""The curly double quotes “ ” to the double prime quotation marks 〝 〟 (U+301D, U+301F)."""
+
+
+def vertical_quotes(text: str) -> str:
+    """`text` (read down a column of a Japanese page) with its curly double quotes written as
+    the marks a column sets: 〝藁人形〟. Vertical Japanese text never sets “ ”; the recogniser,
+    trained mostly on horizontal text, reads the column's 〝 〟 laid on their side as them.
+    (NFKC does not unify the two, so the difference counts in every comparison.)"""
+    return text.translate(VERTICAL_QUOTES)

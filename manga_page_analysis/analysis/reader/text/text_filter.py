@@ -23,7 +23,7 @@ from manga_page_analysis.analysis.reader.recognition.marks import whole_image_le
 from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
 from manga_page_analysis.analysis.reader.regions.panels import find_panels
 from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
-from manga_page_analysis.analysis.reader.text.char_forms import japanese_forms
+from manga_page_analysis.analysis.reader.text.char_forms import japanese_forms, vertical_quotes
 from manga_page_analysis.analysis.reader.text.lettering import without_art
 from manga_page_analysis.analysis.reader.text.thresholds import (
     DEFAULT_THRESHOLDS,
@@ -69,8 +69,9 @@ def read_page(
     if is_japanese(kept):
         kept = [
             # Judged as read: a form outside Japanese is garbage from a drawing; mainland
-            # Chinese forms Japanese writes otherwise (黑) are then written as Japanese.
-            dataclasses.replace(line, text=japanese_forms(with_wave_dash(line.text)))
+            # Chinese forms Japanese writes otherwise (黑) are then written as Japanese, and a
+            # column's quotes as a column sets them.
+            dataclasses.replace(line, text=_as_printed(line))
             for line in kept
             if not has_foreign_ideograph(line.text)
         ]
@@ -87,6 +88,13 @@ def read_page(
         # An image that is one piece of lettering was sent to be read: no page rules.
         read = whole_image_lettering(blocks, (grey.shape[1], grey.shape[0]))
     return read
+
+
+def _as_printed(line: TextLine) -> str:
+    """A line of a Japanese page written as the page prints it (`japanese_forms`,
+    `with_wave_dash`, and `vertical_quotes` in a column)."""
+    text = japanese_forms(with_wave_dash(line.text))
+    return vertical_quotes(text) if line.orientation == "v" else text
 
 
 def is_right_to_left(lines: Sequence[TextLine]) -> bool:
