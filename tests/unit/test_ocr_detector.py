@@ -10,7 +10,7 @@ import numpy as np
 from rapidocr.ch_ppocr_det.main import TextDetector
 from rapidocr.ch_ppocr_det.utils import DBPostProcess, DetPreProcess
 
-from manga_page_analysis.analysis.reader.recognition.detect_and_read import _run_detector
+from manga_page_analysis.analysis.reader.recognition.detector import run_detector
 
 HALF = [0.5, 0.5, 0.5]
 
@@ -51,7 +51,7 @@ def page(height: int, width: int) -> np.ndarray:
 def test_the_network_sees_the_bits_rapidocr_gives_it():
     network = Network(line=(40, 20, 200, 44))
     image = page(150, 250)  # rounded to 160x256 for the network
-    _run_detector(detector(network), image)
+    run_detector(detector(network), image)
     (seen,) = network.inputs
     expected = DetPreProcess(4096, "max", HALF, HALF)(image)
     assert expected is not None
@@ -60,7 +60,7 @@ def test_the_network_sees_the_bits_rapidocr_gives_it():
 
 
 def test_a_line_on_the_map_is_a_box_in_the_image_pixels():
-    boxes, doubtful = _run_detector(detector(Network(line=(40, 20, 200, 44))), page(150, 250))
+    boxes, doubtful = run_detector(detector(Network(line=(40, 20, 200, 44))), page(150, 250))
     assert len(boxes) == 1 and doubtful == []
     (x0, y0), (x1, y1) = boxes[0].min(axis=0), boxes[0].max(axis=0)
     # The map is 256x160 for a 250x150 image: the line is (39, 19, 195, 41) in the image's
@@ -71,7 +71,7 @@ def test_a_line_on_the_map_is_a_box_in_the_image_pixels():
 def test_a_line_scored_just_under_the_detectors_bar_is_a_doubtful_box():
     """rapidocr drops a box scored under its bar (0.5); it is kept apart, to be read."""
     network = Network(line=(40, 20, 200, 44), certainty=0.45)
-    boxes, doubtful = _run_detector(detector(network), page(150, 250))
+    boxes, doubtful = run_detector(detector(network), page(150, 250))
     assert boxes == [] and len(doubtful) == 1
     (x0, y0), (x1, y1) = doubtful[0].min(axis=0), doubtful[0].max(axis=0)
     assert 19 <= x0 <= 39 and 0 <= y0 <= 19 and 195 <= x1 <= 215 and 41 <= y1 <= 61
@@ -79,8 +79,8 @@ def test_a_line_scored_just_under_the_detectors_bar_is_a_doubtful_box():
 
 def test_a_faint_line_is_no_box_at_all():
     network = Network(line=(40, 20, 200, 44), certainty=0.35)
-    assert _run_detector(detector(network), page(150, 250)) == ([], [])
+    assert run_detector(detector(network), page(150, 250)) == ([], [])
 
 
 def test_an_empty_map_is_no_box():
-    assert _run_detector(detector(Network(line=None)), page(150, 250)) == ([], [])
+    assert run_detector(detector(Network(line=None)), page(150, 250)) == ([], [])

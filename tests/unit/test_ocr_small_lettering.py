@@ -112,7 +112,7 @@ def detecting(monkeypatch: pytest.MonkeyPatch, *thicknesses: int) -> list[float]
         sure = [quad(110 - 40 * n, 50, 110 - 40 * n + t, 140) for n, t in enumerate(thicknesses)]
         return sure, []  # no doubtful boxes
 
-    monkeypatch.setattr(ocr_pipeline, "_detect", detect)
+    monkeypatch.setattr(ocr_pipeline, "detect", detect)
     return scales
 
 

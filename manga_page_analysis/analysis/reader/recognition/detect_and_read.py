@@ -5,9 +5,9 @@ size (scaled down to `DET_MAX_SIDE` at most), enlarged only when its lettering i
 line is recognised from the full-resolution image, or from the image enlarged as the detector
 saw it when its lettering was small (docs/ocr.md, "What it reads").
 
-Uses rapidocr's model wrappers (`_load_det_model`, `_load_rec_model`, its crop helper) rather
-than its `__call__`, which has no per-call scale (why threads may share them:
-`manga_page_analysis.analysis.reader.ocr_analyzer`).
+Uses rapidocr's model wrappers (`_load_det_model`, run by `detector.detect`; `_load_rec_model`;
+its crop helper) rather than its `__call__`, which has no per-call scale (why threads may
+share them: `manga_page_analysis.analysis.reader.ocr_analyzer`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps
 from manga_page_analysis.analysis.reader.order.lines import TextLine, is_column
 from manga_page_analysis.analysis.reader.recognition.column_marks import dots_and_dashes
 from manga_page_analysis.analysis.reader.recognition.column_ruby import read_without_ruby
+from manga_page_analysis.analysis.reader.recognition.detector import detect
 from manga_page_analysis.analysis.reader.recognition.marks import read_marks
 from manga_page_analysis.analysis.reader.recognition.voicing import (
     adds_voicing_only,
@@ -82,12 +83,10 @@ LINE_CUT_MARGIN_PX: Final = 2
 """A line cut from an enlarged image is enlarged with this many pixels round its box."""
 MIN_TEXT_SCORE: Final = 0.3
 """Lines recognised with less confidence are noise (the layout judges blocks above it)."""
-DOUBTFUL_BOX_SCORE: Final = 0.4
-"""A box the detector scores from this up to its own bar (0.5), which it would drop, is
-doubtful: a line of white lettering outlined in black scores low. It is read, ..."""
 DOUBTFUL_MIN_TEXT_SCORE: Final = 0.85
-"""... and kept when read with at least this confidence and no box found surely covers it
-(docs/ocr.md, "Doubtful boxes")."""
+"""A box the detector doubted (`detector.DOUBTFUL_BOX_SCORE`: a line of white lettering
+outlined in black scores low) is read, and kept when read with at least this confidence and
+no box found surely covers it (docs/ocr.md, "Doubtful boxes")."""
 
 
 def read_lines(
@@ -103,7 +102,7 @@ def read_lines(
     source = engine.load_img(padded)  # as rapidocr reads an image (BGR)
     detector = engine._load_det_model()
     scale = min(1.0, DET_MAX_SIDE / max(padded.size))
-    boxes, doubtful = _detect(detector, source, scale)
+    boxes, doubtful = detect(detector, source, scale)
     cut_scale = 1.0  # the lines are cut from the image at this scale (`_line_crop`)
     second_look = look_twice and padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
@@ -117,12 +116,12 @@ def read_lines(
                 DET_UPSCALED_MAX_SIDE / max(padded.size),
             )
             if enlarged > scale * 1.2:
-                boxes, doubtful = _detect(detector, source, enlarged)
+                boxes, doubtful = detect(detector, source, enlarged)
                 second_look = False
                 cut_scale = enlarged
     if second_look:
         # Stylised lettering thicker than print is sometimes found only enlarged.
-        extra, _ = _detect(detector, source, SECOND_LOOK_SCALE)
+        extra, _ = detect(detector, source, SECOND_LOOK_SCALE)
         boxes += [box for box in extra if _new(box, boxes)]
     if known:
         seen = [
@@ -198,7 +197,7 @@ def _line_crop(
     source: NDArray[np.uint8], box: NDArray[np.float32], scale: float
 ) -> NDArray[np.uint8]:
     """The line in `box` (4x2, in `source`'s pixels) cut out and laid horizontal, as rapidocr
-    cuts it, from `source` enlarged by `scale` (bilinear, as `_detect` enlarges it for the
+    cuts it, from `source` enlarged by `scale` (bilinear, as `detector.detect` enlarges it for the
     detector) when the line is small (under `DET_SMALL_TEXT_PX` thick); a thicker line (a
     title among small lettering) is cut as it is. Lettering a few pixels thick is recognised
     better from the image the detector saw than from its own pixels stretched to the
@@ -350,66 +349,6 @@ def _read_padded(
         padded.append(cv2.copyMakeBorder(crop, pad, pad, 0, 0, cv2.BORDER_REPLICATE))
     again = recogniser(TextRecInput(img=padded))
     return [(text, float(score)) for text, score in zip(again.txts, again.scores, strict=True)]
-
-
-def _detect(
-    detector: Any, image: NDArray[np.uint8], scale: float
-) -> tuple[list[NDArray[np.float32]], list[NDArray[np.float32]]]:
-    """Quadrilaterals (4×2, in `image`'s pixels) found with the image scaled by `scale`, and
-    those found doubtfully (`_run_detector`)."""
-    import cv2  # rapidocr's own dependency; its detector was trained on cv2-resized pages
-
-    height, width = image.shape[:2]
-    scaled: NDArray[Any] = image
-    if scale != 1.0:
-        size = (max(32, round(width * scale)), max(32, round(height * scale)))
-        scaled = cv2.resize(image, size, interpolation=cv2.INTER_LINEAR)
-    sure, doubtful = _run_detector(detector, scaled)
-    back = np.array([width / scaled.shape[1], height / scaled.shape[0]], dtype=np.float32)
-    return (
-        [np.asarray(box, dtype=np.float32) * back for box in sure],
-        [np.asarray(box, dtype=np.float32) * back for box in doubtful],
-    )
-
-
-def _run_detector(
-    detector: Any, image: NDArray[Any]
-) -> tuple[list[NDArray[np.int32]], list[NDArray[np.int32]]]:
-    """The boxes rapidocr's detector finds in `image` (BGR), sorted as it sorts them, and
-    apart from them those it scores from `DOUBTFUL_BOX_SCORE` up to its own bar (which it
-    drops). What its own call does, with two costs left out: it rebuilds its pre-processor
-    on every call (reading its settings through OmegaConf), and normalises the image in
-    float64. Here it is normalised in float32, to the same bits: with a mean and standard
-    deviation of 0.5, the subtraction is rounded once either way and the division is exact."""
-    from rapidocr.ch_ppocr_det.utils import DBPostProcess, DetPreProcess
-
-    prepare = DetPreProcess(
-        detector.limit_side_len, detector.limit_type, list(detector.mean), list(detector.std)
-    )
-    resized = prepare.resize(image)  # to a multiple of 32 px, as the network requires
-    if resized is None:
-        return [], []
-    mean, std = prepare.mean.astype(np.float32), prepare.std.astype(np.float32)
-    normalized = (resized.astype(np.float32) * np.float32(prepare.scale) - mean) / std
-    batch = np.ascontiguousarray(normalized.transpose(2, 0, 1)[np.newaxis])
-    own = detector.postprocess_op
-    # Built per call with the lower bar: the detector's own is shared between threads.
-    lenient = DBPostProcess(
-        thresh=own.thresh,
-        box_thresh=min(own.box_thresh, DOUBTFUL_BOX_SCORE),
-        max_candidates=own.max_candidates,
-        unclip_ratio=own.unclip_ratio,
-        score_mode=own.score_mode,
-        use_dilation=own.dilation_kernel is not None,
-    )
-    boxes, scores = lenient(detector.session(batch), image.shape[:2])
-    sure = [box for box, score in zip(boxes, scores, strict=True) if score >= own.box_thresh]
-    doubtful = [box for box, score in zip(boxes, scores, strict=True) if score < own.box_thresh]
-    return _sorted(detector, sure), _sorted(detector, doubtful)
-
-
-def _sorted(detector: Any, boxes: list[NDArray[np.int32]]) -> list[NDArray[np.int32]]:
-    return list(detector.sorted_boxes(np.array(boxes))) if boxes else []
 
 
 def _thickness(box: NDArray[np.float32]) -> float:
