@@ -107,6 +107,18 @@ def _inside(box: Sequence[float], region: Sequence[float]) -> bool:
     return region[0] <= cx <= region[2] and region[1] <= cy <= region[3]
 
 
+def unscorable_blocks(truth: dict[str, Any]) -> list[str]:
+    """The texts of ground-truth blocks whose centre lies in an ignore region: any reading of
+    them is left out as ignored (`score_image`), so they can never count as read. An ignore
+    region is drawn round a sound effect or art, never over a block's middle."""
+    ignore = [region["box"] for region in truth.get("ignore", [])]
+    return [
+        block["text"]
+        for block in truth["blocks"]
+        if "box" in block and any(_inside(block["box"], region) for region in ignore)
+    ]
+
+
 def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Score:
     """Score the returned blocks (`{"text", "box"?}`, in the order returned) of one image."""
     ignore = [region["box"] for region in truth.get("ignore", [])]
@@ -236,6 +248,12 @@ def evaluate(
             if name in EXCLUDED:
                 print(f"left out: {name}: {EXCLUDED[name]}")
                 continue
+            if unscorable := unscorable_blocks(entry):
+                raise ValueError(
+                    f"{each / 'ground_truth.json'}: {name}: an ignore region covers the middle "
+                    f"of {unscorable}: no reading of them could count; draw the region round "
+                    "the effect or art alone"
+                )
             truth[name] = entry
             image_folder[name] = each / "images" if (each / "images").is_dir() else each
     analyzer = OcrAnalyzer()

@@ -10,6 +10,7 @@ from bench.ocr_eval import (
     folds_by_manga,
     normalise,
     score_image,
+    unscorable_blocks,
 )
 from bench.ocr_lomo import EXCLUDED, GRID, leave_one_manga_out, manga_of
 from manga_page_analysis.analysis.reader.text.thresholds import DEFAULT_THRESHOLDS
@@ -45,6 +46,14 @@ def test_a_perfect_reading_scores_zero_and_output_in_ignore_regions_is_left_out(
     assert (score.errors, score.reference_chars) == (0, 15)
     assert (score.intact, score.blocks, score.pairs_in_order, score.pairs) == (3, 3, 2, 2)
     assert score.ignored_chars == 3  # not scored, but counted: an effect read as text
+
+
+def test_a_block_whose_middle_an_ignore_region_covers_is_reported_as_unscorable():
+    assert unscorable_blocks(TRUTH) == []
+    covered = {**TRUTH, "ignore": [{"box": [250, 0, 450, 60], "what": "sound effect"}]}
+    assert unscorable_blocks(covered) == ["おはよう"]
+    # The reading of that block is ignored, so it cannot count as intact however right.
+    assert score_image(covered, [{"text": "おはよう", "box": [300, 0, 400, 100]}]).intact == 0
 
 
 def test_noise_outside_ignore_regions_counts_and_merged_blocks_are_not_intact():
