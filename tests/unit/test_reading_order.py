@@ -234,6 +234,15 @@ def test_a_column_beside_a_wider_box_of_its_bubble_still_joins_it():
     assert len(reading_order(lines)) == 1
 
 
+def test_a_lone_glyph_much_bigger_than_the_column_beside_it_is_not_of_its_block():
+    # A hand-lettered label's big 裏 drawn beside a caption's column (70 px beside 40 px).
+    caption = column(100, 100, "夏〜秋は単衣", size=40)
+    label = TextLine(145, 130, 215, 200, "裏")
+    assert page_text([caption, label]).splitlines() == ["裏", "夏〜秋は単衣"]
+    # A lone character of the column's own size still joins it.
+    assert page_text([caption, TextLine(150, 100, 192, 142, "と")]) == "と夏〜秋は単衣"
+
+
 def test_a_small_bubble_set_low_beside_a_tall_one_is_read_in_its_row():
     """A small bubble starts below the middle of each bubble of the row, but lies beside the
     tall one on the side read next: it is read after it, before the row's next bubble."""

@@ -36,6 +36,10 @@ LANE_MAX_ALONG: Final = 0.5
 lanes (two rows of a slanted caption), however close their centres."""
 SAME_SIZE: Final = 2.0
 """Lines of one block differ in thickness by at most this factor."""
+LONE_GLYPH_MAX_SIZE: Final = 1.5
+"""A lone character (a square box) is of a block only when at most this many times as thick
+as the line beside it: a glyph that much bigger beside a column is a hand-lettered label or
+effect drawn next to the balloon (裏 of a label beside 夏〜秋は単衣), not its lettering."""
 
 BESIDE_MAX_SHARED: Final = 0.25
 """Two blocks are side by side when they share at most this share of the narrower's width
@@ -111,11 +115,19 @@ def _compatible(a: TextLine, b: TextLine) -> bool:
         return False  # two balloons, or a balloon and open paper
     if not (a.orientation is None or b.orientation is None or a.orientation == b.orientation):
         return False
-    # One block is set in one size: a title beside a bubble, or ruby, is not joined. A line
-    # of marks alone in a balloon ("……" set as a column of its own) is as thin as its dots.
+    # One block is set in one size: a title beside a bubble, or ruby, is not joined (a lone
+    # glyph, more strictly). A line of marks alone in a balloon ("……" set as a column of its
+    # own) is as thin as its dots.
     if a.bubble is not None and (is_marks(a.text) or is_marks(b.text)):
         return True
+    for glyph, line in ((a, b), (b, a)):
+        if _is_lone_glyph(glyph) and glyph.thickness > LONE_GLYPH_MAX_SIZE * line.thickness:
+            return False
     return max(a.thickness, b.thickness) <= SAME_SIZE * min(a.thickness, b.thickness)
+
+
+def _is_lone_glyph(line: TextLine) -> bool:
+    return line.orientation is None and len("".join(line.text.split())) == 1
 
 
 def is_marks(text: str) -> bool:
