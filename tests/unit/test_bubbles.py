@@ -8,6 +8,7 @@ from manga_page_analysis.analysis.reader.order.blocks import reading_order
 from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.regions.bubbles import (
     empty_bubbles,
+    in_balloons,
     in_bubbles,
     uncovered_bubbles,
 )
@@ -156,3 +157,28 @@ def test_a_column_filling_a_small_balloon_is_in_that_balloon_not_in_a_larger_one
     placed = in_bubbles([ring_line, column, bold], grey)
     assert placed[1].bubble is not None
     assert placed[2].bubble == placed[1].bubble != placed[0].bubble
+
+
+def test_joined_balloons_are_a_balloon_and_open_paper_winding_round_the_art_is_not():
+    grey = np.full((1000, 1000), 120, dtype=np.uint8)
+    # Two lobes joined by a neck (top, left, bottom, right): one patch of paper, about
+    # convex, 5 % of the page.
+    lobes = ((100, 100, 300, 240), (230, 230, 260, 290), (200, 280, 360, 400))
+    for top, left, bottom, right in lobes:
+        grey[top - 5 : bottom + 5, left - 5 : right + 5] = 20  # the outlines ...
+    for top, left, bottom, right in lobes:
+        grey[top:bottom, left:right] = 250  # ... then the paper
+    # Open paper shaped like an L round a figure: as large, but far from convex.
+    grey[600:980, 600:640] = 250
+    grey[940:980, 600:990] = 250
+    lines = [
+        TextLine(200, 120, 230, 280, "あのね"),  # first lobe
+        TextLine(350, 215, 380, 345, "それでね"),  # second lobe
+        TextLine(605, 620, 635, 900, "そのころ町では"),  # on the L of open paper
+    ]
+    for line in lines:
+        grey[int(line.y0) + 5 : int(line.y1) - 5, int(line.x0) + 5 : int(line.x1) - 5] = 30
+    placed, balloons = in_balloons(lines, grey)
+    assert placed[0].bubble is not None and placed[0].bubble == placed[1].bubble
+    assert placed[2].bubble is not None
+    assert balloons == {placed[0].bubble}

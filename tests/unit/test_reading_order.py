@@ -243,6 +243,24 @@ def test_a_lone_glyph_much_bigger_than_the_column_beside_it_is_not_of_its_block(
     assert page_text([caption, TextLine(150, 100, 192, 142, "と")]) == "と夏〜秋は単衣"
 
 
+def test_the_blocks_of_one_balloon_are_read_one_after_another():
+    # Two lobes of one balloon on the right (one under the other) and a balloon on the left,
+    # level with the upper lobe: the lower lobe is read before moving left.
+    upper = dataclasses.replace(column(400, 100, "あのね"), bubble=7)
+    lower = dataclasses.replace(column(400, 260, "それでね"), bubble=7)
+    other = dataclasses.replace(column(100, 100, "うん"), bubble=9)
+    lines = [upper, lower, other]
+    assert page_text(lines).splitlines() == ["あのね", "うん", "それでね"]
+    read = [block.text for block in reading_order(lines, balloons={7, 9})]
+    assert read == ["あのね", "それでね", "うん"]
+    # Paper that is no balloon proper (a panel's open paper) does not chain its blocks.
+    assert [block.text for block in reading_order(lines, balloons={9})] == [
+        "あのね",
+        "うん",
+        "それでね",
+    ]
+
+
 def test_a_small_bubble_set_low_beside_a_tall_one_is_read_in_its_row():
     """A small bubble starts below the middle of each bubble of the row, but lies beside the
     tall one on the side read next: it is read after it, before the row's next bubble."""

@@ -5,7 +5,7 @@ docs/ocr.md, "Blocks"). Pure functions: tests feed boxes directly.
 from __future__ import annotations
 
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Final
 
 from manga_page_analysis.analysis.reader.order.lines import Block, Box, TextLine
@@ -60,6 +60,7 @@ def reading_order(
     *,
     right_to_left: bool = True,
     apart: Callable[[TextLine, TextLine], bool] | None = None,
+    balloons: Collection[int] = (),
 ) -> list[Block]:
     """The blocks of `lines` in reading order, each with its lines in order.
 
@@ -69,7 +70,9 @@ def reading_order(
     beside a column it found is put back (`missing_column`). `right_to_left`: manga
     order; `False` reads rows left to right (comics, webtoons). `apart`: two near lines
     it holds apart are not joined (a rule drawn between them:
-    `manga_page_analysis.analysis.reader.regions.ruled_lines`).
+    `manga_page_analysis.analysis.reader.regions.ruled_lines`). `balloons`: the
+    `TextLine.bubble` labels that are balloons proper (`regions.bubbles.in_balloons`): the
+    blocks of one are read one after another, within a panel.
     """
     blocks = [_order_block(group) for group in _group(lines, apart)]
     boxes = [(block.x0, block.y0, block.x1, block.y1) for block in blocks]
@@ -79,7 +82,7 @@ def reading_order(
         by_panel.setdefault(_panel_of(block, panels, right_to_left), []).append(block)
     ordered: list[Block] = []
     for index in sorted(by_panel):
-        ordered.extend(_order_panel(by_panel[index], right_to_left))
+        ordered.extend(_order_panel(by_panel[index], right_to_left, balloons))
     return pieces_in_line_order(ordered)
 
 
@@ -270,15 +273,23 @@ def _panel_of(block: Block, panels: Sequence[Box], right_to_left: bool) -> float
     return len(panels)
 
 
-def _order_panel(blocks: list[Block], right_to_left: bool) -> list[Block]:
+def _order_panel(
+    blocks: list[Block], right_to_left: bool, balloons: Collection[int] = ()
+) -> list[Block]:
     """The blocks of one panel in reading order: of two blocks side by side and level
     (`_read_before`) the one on the right first, else the higher first. The next block read is
     one that comes before every block left, the highest of them; where the rule goes round a
     loop (a block level with the foot of one block and the head of another, in a staircase
-    of balloons) and no block comes before all, the one furthest on the side read first."""
+    of balloons) and no block comes before all, the one furthest on the side read first.
+    After a block in one of `balloons`, the other blocks of that balloon are read first (by
+    the same rule among them): a reader follows a balloon's joined lobes before moving on."""
 
     def across(block: Block) -> float:
         return -block.x1 if right_to_left else block.x0
+
+    def balloon(block: Block) -> int | None:
+        bubble = block.lines[0].bubble  # the lines of one block share their balloon
+        return bubble if bubble in balloons else None
 
     left = sorted(blocks, key=lambda block: (block.y0, across(block)))
     # after[i]: the blocks left that block i is not read before (it is read first when none).
@@ -293,9 +304,12 @@ def _order_panel(blocks: list[Block], right_to_left: bool) -> list[Block]:
     remaining = list(range(len(left)))
     ordered: list[Block] = []
     while remaining:
+        candidates = remaining
+        if ordered and (last := balloon(ordered[-1])) is not None:
+            candidates = [i for i in remaining if balloon(left[i]) == last] or remaining
         chosen = next(
-            (i for i in remaining if not after[i]),
-            min(remaining, key=lambda i: across(left[i])),
+            (i for i in candidates if not (after[i] & set(candidates))),
+            min(candidates, key=lambda i: across(left[i])),
         )
         ordered.append(left[chosen])
         remaining.remove(chosen)

@@ -49,12 +49,50 @@ INSIDE_BUBBLE: Final = 0.6
 the outline) is in a balloon when this share of its box lies in the balloon's box."""
 
 
+BALLOON_MAX_AREA: Final = 0.08
+"""A patch of paper holding lines is a balloon proper (one, or several joined), not a panel's
+open paper, when it is at most this share of the page, ..."""
+BALLOON_MIN_SOLIDITY: Final = 0.7
+"""... and about convex: its area is at least this share of its convex hull's (open paper
+winds round the figures drawn on it; balloons joined by a neck stay nearly convex)."""
+
+
 def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextLine]:
     """`lines`, each with the balloon (`TextLine.bubble`) it is printed in, or `None`."""
     if not lines:
         return []
     _, labels, stats = _paper_patches(grey)
     return _placed(lines, labels, stats)
+
+
+def in_balloons(
+    lines: Sequence[TextLine], grey: NDArray[np.uint8]
+) -> tuple[list[TextLine], frozenset[int]]:
+    """`in_bubbles`, and which of the patches the lines are placed in are balloons proper
+    (`BALLOON_MAX_AREA`, `BALLOON_MIN_SOLIDITY`): their blocks are read one after another
+    (`order.blocks.reading_order`), as a reader follows a balloon's joined lobes."""
+    if not lines:
+        return [], frozenset()
+    _, labels, stats = _paper_patches(grey)
+    placed = _placed(lines, labels, stats)
+    used = {line.bubble for line in placed if line.bubble is not None}
+    return placed, frozenset(label for label in used if _is_balloon(labels, stats, label))
+
+
+def _is_balloon(labels: NDArray[np.int32], stats: NDArray[np.int32], label: int) -> bool:
+    """The patch `label` is small (`BALLOON_MAX_AREA`) and about convex once its holes (the
+    lettering) are filled (`BALLOON_MIN_SOLIDITY`)."""
+    import cv2
+
+    x, y, w, h = stats[label, :4].tolist()
+    patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
+    contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    outline = max(contours, key=cv2.contourArea)
+    filled = np.zeros_like(patch)
+    cv2.drawContours(filled, [outline], -1, 1, thickness=cv2.FILLED)
+    area = float(filled.sum())
+    hull = float(cv2.contourArea(cv2.convexHull(outline)))
+    return area <= BALLOON_MAX_AREA * labels.size and area >= BALLOON_MIN_SOLIDITY * hull
 
 
 def _placed(

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from manga_page_analysis.analysis.reader.order.blocks import reading_order
 from manga_page_analysis.analysis.reader.order.lines import Block, TextLine
 from manga_page_analysis.analysis.reader.recognition.marks import whole_image_lettering
-from manga_page_analysis.analysis.reader.regions.bubbles import in_bubbles
+from manga_page_analysis.analysis.reader.regions.bubbles import in_balloons
 from manga_page_analysis.analysis.reader.regions.panels import find_panels
 from manga_page_analysis.analysis.reader.regions.ruled_lines import ruled_apart
 from manga_page_analysis.analysis.reader.text.char_forms import japanese_forms, vertical_quotes
@@ -75,12 +75,15 @@ def read_page(
             for line in kept
             if not has_foreign_ideograph(line.text)
         ]
+    balloons: frozenset[int] = frozenset()
     if grey is not None:
-        kept = in_bubbles(kept, grey)
+        kept, balloons = in_balloons(kept, grey)
     right_to_left = is_right_to_left(kept)
     panels = find_panels(grey, right_to_left=right_to_left) if grey is not None else []
     apart = ruled_apart(grey) if grey is not None else None
-    blocks = reading_order(kept, panels, right_to_left=right_to_left, apart=apart)
+    blocks = reading_order(
+        kept, panels, right_to_left=right_to_left, apart=apart, balloons=balloons
+    )
     read = dialogue_blocks([block for block in blocks if block.text], thresholds)
     if grey is not None:
         read = without_art(read, grey, thresholds.max_art)
