@@ -148,3 +148,15 @@ def test_print_size_lettering_is_recognised_from_the_page_as_it_is(
     read_lines(engine, small_column_page(), look_twice=False)
     assert scales == [1.0]
     assert engine.recogniser.shapes == [(24, 90)]
+
+
+def test_lettering_in_boxes_20_px_thick_is_small_and_22_px_is_print(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    # A low-resolution spread's lettering, 8-11 px glyphs, comes in boxes 20 px thick.
+    scales = detecting(monkeypatch, 20)
+    read_lines(Engine(), small_column_page(), look_twice=False)
+    assert scales == [1.0, pytest.approx(28 / 20)]
+    scales = detecting(monkeypatch, 22)
+    read_lines(Engine(), small_column_page(), look_twice=False)
+    assert scales == [1.0]

@@ -41,8 +41,9 @@ PAD_MIN_PX: Final = 8
 DET_MAX_SIDE: Final = 960
 """The detector sees the page scaled down to this long side at most: lettering of a printed
 page stays about 20 px thick, and memory and CPU grow with the pixels."""
-DET_SMALL_TEXT_PX: Final = 20
-"""Lettering thinner than this (boxes' short side, image pixels) is detected again, enlarged."""
+DET_SMALL_TEXT_PX: Final = 21
+"""Lettering thinner than this (boxes' short side, image pixels: 20 px boxes, glyphs of
+about 14 px, are small) is detected again, enlarged."""
 DET_TARGET_TEXT_PX: Final = 28
 """The enlarged pass scales lettering to about this thickness."""
 DET_MAX_UPSCALE: Final = 2.5
