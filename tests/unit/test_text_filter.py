@@ -116,6 +116,18 @@ def test_latin_read_down_a_column_is_dropped():
     assert dialogue_lines([column(100, 100, "１年")]) != []
 
 
+def test_on_a_japanese_page_a_lone_latin_letter_cannot_join_two_balloons():
+    # Two balloons' columns 17 px apart (more than half a column: two blocks), and a stroke
+    # read as "V" in the gap, touching both.
+    right = column(328, 48, "ねェか", size=16)
+    left = column(291, 48, "一度くらい", size=20)
+    stray = TextLine(310, 47, 328, 65, "V", 0.9)
+    assert [block.text for block in read_page([right, stray, left])] == ["ねェか", "一度くらい"]
+    # A Latin word, and a letter within a line, stay.
+    word = TextLine(100, 400, 220, 430, "ONE PIECE", 0.95)
+    assert "ONE PIECE" in [block.text for block in read_page([right, left, word])]
+
+
 def test_pages_with_japanese_read_right_to_left_and_latin_pages_left_to_right():
     assert is_right_to_left([column(0, 0, "おはよう"), TextLine(0, 0, 200, 30, "Good morning")])
     assert not is_right_to_left([TextLine(0, 0, 200, 30, "Good morning, Tokyo!")])

@@ -73,7 +73,7 @@ def read_page(
             # column's quotes as a column sets them.
             dataclasses.replace(line, text=_as_printed(line))
             for line in kept
-            if not has_foreign_ideograph(line.text)
+            if not has_foreign_ideograph(line.text) and not is_lone_latin_letter(line)
         ]
     balloons: frozenset[int] = frozenset()
     if grey is not None:
@@ -214,6 +214,15 @@ def is_latin_column(line: TextLine) -> bool:
     letters = [char for char in line.text if unicodedata.category(char)[0] == "L"]
     latin = [char for char in letters if char.isascii()]
     return line.orientation == "v" and len(latin) >= 3 and len(latin) > len(letters) / 2
+
+
+def is_lone_latin_letter(line: TextLine) -> bool:
+    """A line that is one Latin letter and nothing else. On a Japanese page it is a stroke of
+    art, a balloon's tail or ruby read as a letter (V, Y): dropped before lines are grouped, so
+    that it cannot bridge two balloons' columns. A Latin word or a letter within a line
+    stays."""
+    text = "".join(line.text.split())
+    return len(text) == 1 and text.isascii() and text.isalpha()
 
 
 def dialogue_lines(lines: Sequence[TextLine]) -> list[TextLine]:
