@@ -84,6 +84,7 @@ def test_a_confident_pair_of_marks_read_upright_is_added_full_width():
 
 
 def test_a_doubtful_reading_a_single_mark_or_a_letter_adds_nothing():
+    assert upright_pair("!!", 0.77) == "！！"  # a shout's bold pair
     assert upright_pair("!!", 0.6) == ""
     assert upright_pair("!", 0.99) == ""  # set as one full-width glyph: read in the column
     assert upright_pair("い", 0.99) == ""
