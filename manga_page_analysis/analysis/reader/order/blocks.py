@@ -307,8 +307,9 @@ def _order_panel(
         candidates = remaining
         if ordered and (last := balloon(ordered[-1])) is not None:
             candidates = [i for i in remaining if balloon(left[i]) == last] or remaining
+        pool = set(candidates)
         chosen = next(
-            (i for i in candidates if not (after[i] & set(candidates))),
+            (i for i in candidates if not (after[i] & pool)),
             min(candidates, key=lambda i: across(left[i])),
         )
         ordered.append(left[chosen])

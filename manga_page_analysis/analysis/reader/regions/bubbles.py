@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 from numpy.typing import NDArray
@@ -84,15 +84,25 @@ def _is_balloon(labels: NDArray[np.int32], stats: NDArray[np.int32], label: int)
     lettering) are filled (`BALLOON_MIN_SOLIDITY`)."""
     import cv2
 
+    filled, outline = _filled(labels, stats, label)
+    area = float(filled.sum())
+    hull = float(cv2.contourArea(cv2.convexHull(np.vstack(outline))))
+    return area <= BALLOON_MAX_AREA * labels.size and area >= BALLOON_MIN_SOLIDITY * hull
+
+
+def _filled(
+    labels: NDArray[np.int32], stats: NDArray[np.int32], label: int
+) -> tuple[NDArray[np.uint8], Sequence[Any]]:
+    """The patch `label` within its box (`stats`), filled within its outline (the lettering's
+    holes filled: 1), and that outline."""
+    import cv2
+
     x, y, w, h = stats[label, :4].tolist()
     patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
-    contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-    outline = max(contours, key=cv2.contourArea)
+    outline, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
     filled = np.zeros_like(patch)
-    cv2.drawContours(filled, [outline], -1, 1, thickness=cv2.FILLED)
-    area = float(filled.sum())
-    hull = float(cv2.contourArea(cv2.convexHull(outline)))
-    return area <= BALLOON_MAX_AREA * labels.size and area >= BALLOON_MIN_SOLIDITY * hull
+    cv2.drawContours(filled, outline, -1, 1, thickness=cv2.FILLED)
+    return filled, outline
 
 
 def _placed(
@@ -142,7 +152,6 @@ def uncovered_bubbles(
 ) -> list[tuple[int, int, int, int]]:
     """Boxes `(x0, y0, x1, y1)` of the balloons holding lines whose ink the lines do not
     cover (more than `UNCOVERED_SHARE` of it outside them): a column was missed there."""
-    import cv2
 
     paper, labels, stats = _paper_patches(grey)
     placed = in_bubbles(lines, grey)
@@ -151,10 +160,7 @@ def uncovered_bubbles(
         x, y, w, h = stats[label, :4].tolist()
         if w * h > BUBBLE_MAX_AREA * grey.size:
             continue  # paper winding round the art (gutters, sky): read once is enough
-        patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
-        contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-        filled = np.zeros_like(patch)
-        cv2.drawContours(filled, contours, -1, 1, thickness=cv2.FILLED)
+        filled, _ = _filled(labels, stats, label)
         ink = (filled > 0) & (paper[y : y + h, x : x + w] == 0)
         covered = np.zeros_like(ink)
         for line in placed:
@@ -178,7 +184,6 @@ def empty_bubbles(
     `EMPTY_MAX_AREA` of the page, mostly paper within its outline (`EMPTY_MIN_PAPER`; a
     patch between strokes of art is mostly holes), and `EMPTY_INK` of it ink. The page-wide
     detection misses a whole balloon now and then; at the balloon's scale it is found."""
-    import cv2
 
     if not lines:
         return []
@@ -199,10 +204,7 @@ def empty_bubbles(
             or w * h > BUBBLE_MAX_AREA * grey.size
         ):
             continue
-        patch = np.ascontiguousarray(labels[y : y + h, x : x + w] == label, dtype=np.uint8)
-        contours, _ = cv2.findContours(patch, cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
-        filled = np.zeros_like(patch)
-        cv2.drawContours(filled, contours, -1, 1, thickness=cv2.FILLED)
+        filled, _ = _filled(labels, stats, label)
         inside = int(filled.sum())
         ink = int(((filled > 0) & (paper[y : y + h, x : x + w] == 0)).sum())
         if area >= EMPTY_MIN_PAPER * inside and low_ink * inside <= ink <= high_ink * inside:
