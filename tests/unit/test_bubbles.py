@@ -182,3 +182,50 @@ def test_joined_balloons_are_a_balloon_and_open_paper_winding_round_the_art_is_n
     assert placed[0].bubble is not None and placed[0].bubble == placed[1].bubble
     assert placed[2].bubble is not None
     assert balloons == {placed[0].bubble}
+
+
+def test_a_white_glow_on_light_tone_is_a_balloon_of_its_own():
+    # A panel of light screen tone (paper to the page's bar, not white) holding a white glow
+    # drawn without an outline round a thought; narration is set on the tone beside it.
+    grey = np.full((1000, 1000), 255, dtype=np.uint8)
+    grey[195:705, 195:565] = 20  # the panel's frame ...
+    grey[200:700, 200:560] = 235  # ... and its tone
+    grey[300:660, 260:440] = 255  # the glow
+    lines = [
+        TextLine(510, 320, 540, 600, "あんな現場に"),  # on the tone
+        TextLine(470, 320, 500, 560, "出くわしたら"),
+        TextLine(400, 380, 430, 600, "薙切えりな"),  # in the glow
+        TextLine(360, 380, 390, 480, "を娶る"),
+    ]
+    for line in lines:
+        grey[int(line.y0) + 5 : int(line.y1) - 5, int(line.x0) + 5 : int(line.x1) - 5] = 30
+    # The page's bar counts tone and glow as one patch of paper: one balloon for all four.
+    assert len({line.bubble for line in in_bubbles(lines, grey)}) == 1
+    placed, balloons = in_balloons(lines, grey)
+    narration, thought = placed[:2], placed[2:]
+    assert narration[0].bubble == narration[1].bubble
+    assert thought[0].bubble == thought[1].bubble != narration[0].bubble
+    # The glow is a balloon proper; the tone round it is open paper.
+    assert balloons == {thought[0].bubble}
+    texts = [block.text for block in reading_order(placed, balloons=balloons)]
+    assert texts == ["あんな現場に出くわしたら", "薙切えりなを娶る"]
+
+
+def test_white_between_strokes_on_tone_is_no_balloon():
+    # The same tone, with a white patch as large as the glow but cut into by strokes of
+    # tone (speed lines) from one side: a comb, far from convex. A column in its spine stays
+    # on the tone with its neighbour.
+    grey = np.full((1000, 1000), 255, dtype=np.uint8)
+    grey[195:705, 195:565] = 20
+    grey[200:700, 200:560] = 235
+    grey[300:660, 260:505] = 255
+    for top in range(312, 660, 40):
+        grey[top : top + 16, 260:440] = 235  # the strokes
+    lines = [TextLine(510, 320, 540, 600, "富良野へ"), TextLine(470, 320, 500, 560, "ついたら")]
+    for line in lines:
+        grey[int(line.y0) + 5 : int(line.y1) - 5, int(line.x0) + 5 : int(line.x1) - 5] = 30
+    placed, balloons = in_balloons(lines, grey)
+    assert placed[0].bubble == placed[1].bubble
+    assert [block.text for block in reading_order(placed, balloons=balloons)] == [
+        "富良野へついたら"
+    ]

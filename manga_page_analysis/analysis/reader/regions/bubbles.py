@@ -55,6 +55,17 @@ open paper, when it is at most this share of the page, ..."""
 BALLOON_MIN_SOLIDITY: Final = 0.7
 """... and about convex: its area is at least this share of its convex hull's (open paper
 winds round the figures drawn on it; balloons joined by a neck stay nearly convex)."""
+WHITE: Final = 0.96
+"""A pixel at least this share as bright as the paper is white: a balloon's paper, not the
+light screen tone that `panels.LIGHT` also counts as paper."""
+TONE_SHARE: Final = 0.3
+"""A patch of paper at least this share of which is light but not white is a panel's light
+screen tone (`_in_white`)."""
+WHITE_MIN_SOLIDITY: Final = 0.8
+"""A white patch inside light tone is a balloon of its own (a glow round a thought, a
+balloon drawn without an outline) when about convex (its area at least this share of its
+convex hull's) and no larger than a balloon proper (`BALLOON_MAX_AREA`): stricter than
+`BALLOON_MIN_SOLIDITY`, for the white between speed lines or strokes of art is a patch too."""
 
 
 def in_bubbles(lines: Sequence[TextLine], grey: NDArray[np.uint8]) -> list[TextLine]:
@@ -74,20 +85,70 @@ def in_balloons(
     if not lines:
         return [], frozenset()
     _, labels, stats = _paper_patches(grey)
-    placed = _placed(lines, labels, stats)
+    placed, toned, white = _in_white(_placed(lines, labels, stats), grey, labels, stats)
     used = {line.bubble for line in placed if line.bubble is not None}
-    return placed, frozenset(label for label in used if _is_balloon(labels, stats, label))
+    return placed, frozenset(
+        label
+        for label in used
+        if label in white or (label not in toned and _is_balloon(labels, stats, label))
+    )
 
 
-def _is_balloon(labels: NDArray[np.int32], stats: NDArray[np.int32], label: int) -> bool:
+def _in_white(
+    placed: Sequence[TextLine],
+    grey: NDArray[np.uint8],
+    labels: NDArray[np.int32],
+    stats: NDArray[np.int32],
+) -> tuple[list[TextLine], set[int], set[int]]:
+    """`placed` (lines in the patches `labels`), where a line in a patch of light screen tone
+    (`TONE_SHARE` of it light but not `WHITE`) that lies in a white balloon within it
+    (`WHITE_MIN_SOLIDITY`) is placed in that balloon: a glow or an outline-less balloon on
+    tone is paper to `panels.LIGHT` as the tone round it is, and its lines were one patch
+    with the narration set on the tone. Also the toned patches so split (open paper, not
+    balloons proper) and the white balloons' labels (numbered after `labels`' own)."""
+    white_paper, white_labels, white_stats = _paper_patches(grey, level=WHITE)
+    inner = _placed(placed, white_labels, white_stats)
+    offset = len(stats)
+    toned: dict[int, bool] = {}
+    balloon: dict[int, bool] = {}
+    split: set[int] = set()
+    white_balloons: set[int] = set()
+    result = []
+    for line, white in zip(placed, inner, strict=True):
+        patch, own = line.bubble, white.bubble
+        if patch is not None and own is not None and white_stats[own, 4] < stats[patch, 4]:
+            if patch not in toned:
+                x, y, w, h = stats[patch, :4].tolist()
+                area = labels[y : y + h, x : x + w] == patch
+                light = int((area & (white_paper[y : y + h, x : x + w] == 0)).sum())
+                toned[patch] = light >= TONE_SHARE * int(area.sum())
+            if own not in balloon:
+                balloon[own] = _is_balloon(
+                    white_labels, white_stats, own, min_solidity=WHITE_MIN_SOLIDITY
+                )
+            if toned[patch] and balloon[own]:
+                split.add(patch)
+                white_balloons.add(offset + own)
+                line = dataclasses.replace(line, bubble=offset + own)
+        result.append(line)
+    return result, split, white_balloons
+
+
+def _is_balloon(
+    labels: NDArray[np.int32],
+    stats: NDArray[np.int32],
+    label: int,
+    *,
+    min_solidity: float = BALLOON_MIN_SOLIDITY,
+) -> bool:
     """The patch `label` is small (`BALLOON_MAX_AREA`) and about convex once its holes (the
-    lettering) are filled (`BALLOON_MIN_SOLIDITY`)."""
+    lettering) are filled (`min_solidity`)."""
     import cv2
 
     filled, outline = _filled(labels, stats, label)
     area = float(filled.sum())
     hull = float(cv2.contourArea(cv2.convexHull(np.vstack(outline))))
-    return area <= BALLOON_MAX_AREA * labels.size and area >= BALLOON_MIN_SOLIDITY * hull
+    return area <= BALLOON_MAX_AREA * labels.size and area >= min_solidity * hull
 
 
 def _filled(
@@ -213,15 +274,15 @@ def empty_bubbles(
 
 
 def _paper_patches(
-    grey: NDArray[np.uint8], *, closed: bool = True
+    grey: NDArray[np.uint8], *, closed: bool = True, level: float = LIGHT
 ) -> tuple[NDArray[np.uint8], NDArray[np.int32], NDArray[np.int32]]:
-    """The paper mask (1: paper), its connected patches' labels and their stats. `closed`:
-    the patches are those of the paper with the ink grown by `OUTLINE_GAP_PX`, so that a gap
-    that wide in an outline does not join a balloon to the page; the mask is the paper as it
-    is either way."""
+    """The paper mask (1: paper, at least `level` as bright as the paper), its connected
+    patches' labels and their stats. `closed`: the patches are those of the paper with the
+    ink grown by `OUTLINE_GAP_PX`, so that a gap that wide in an outline does not join a
+    balloon to the page; the mask is the paper as it is either way."""
     import cv2
 
-    paper = np.ascontiguousarray(grey >= LIGHT * paper_level(grey), dtype=np.uint8)
+    paper = np.ascontiguousarray(grey >= level * paper_level(grey), dtype=np.uint8)
     kernel = np.ones((OUTLINE_GAP_PX + 1, OUTLINE_GAP_PX + 1), dtype=np.uint8)
     shut = cv2.erode(paper, kernel) if closed else paper
     _, labels, stats, _ = cv2.connectedComponentsWithStats(shut, connectivity=4)
