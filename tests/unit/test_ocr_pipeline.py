@@ -10,10 +10,12 @@ from typing import Any
 import numpy as np
 
 from manga_page_analysis.analysis.reader.recognition.detect_and_read import (
+    MIN_TEXT_SCORE,
+    _line_crop,
     _new,
     _read_voicing_again,
-    _split_merged_columns,
 )
+from manga_page_analysis.analysis.reader.recognition.merged_columns import split_merged_columns
 
 
 def quad(x0: float, y0: float, x1: float, y1: float) -> np.ndarray:
@@ -85,6 +87,20 @@ def test_a_confident_line_is_not_read_again():
     assert recogniser.heights == []
 
 
+def split(
+    recogniser: Any,
+    source: np.ndarray,
+    boxes: list[np.ndarray],
+    texts: list[str],
+    scores: list[float],
+) -> tuple[list[np.ndarray], list[str], list[float]]:
+    """`split_merged_columns` with the lines cut as the reader cuts them (page scale)."""
+    crop = lambda box: _line_crop(source, box, 1.0)  # noqa: E731
+    return split_merged_columns(
+        recogniser, source, crop, boxes, texts, scores, min_score=MIN_TEXT_SCORE
+    )
+
+
 def two_columns_read_as_one() -> tuple[np.ndarray, list[np.ndarray]]:
     """A white image with three columns of ink 30 px thick and, at x 40-100, two columns
     set so close (a 6 px gap at x 68-74) that the detector gave them one box."""
@@ -100,7 +116,7 @@ def test_a_column_box_as_thick_as_two_read_badly_is_read_as_two_columns():
     # The halves' crops are laid horizontal: their height is the half's thickness.
     recogniser = Recogniser({32: ("しくじったな…", 0.89), 28: ("早い内に布団を", 0.87)})
     texts, scores = ["", "あ", "い", "う"], [0.0, 0.99, 0.99, 0.99]
-    split_boxes, texts, scores = _split_merged_columns(recogniser, source, boxes, texts, scores)
+    split_boxes, texts, scores = split(recogniser, source, boxes, texts, scores)
     assert texts == ["しくじったな…", "早い内に布団を", "あ", "い", "う"]  # right half first
     assert scores[:2] == [0.89, 0.87]
     assert [float(box[:, 0].min()) for box in split_boxes[:2]] == [68.0, 40.0]  # cut in the gap
@@ -110,7 +126,7 @@ def test_a_half_read_as_nothing_is_dropped_and_the_other_kept():
     source, boxes = two_columns_read_as_one()
     recogniser = Recogniser({32: ("", 0.0), 28: ("いろいろ悩んでた", 0.83)})
     texts = ["さるいる道", "あ", "い", "う"]
-    _, texts, _ = _split_merged_columns(recogniser, source, boxes, texts, [0.59, 1, 1, 1])
+    _, texts, _ = split(recogniser, source, boxes, texts, [0.59, 1, 1, 1])
     assert texts == ["いろいろ悩んでた", "あ", "い", "う"]
 
 
@@ -118,10 +134,10 @@ def test_a_thick_column_read_well_or_halves_read_worse_stay_whole():
     source, boxes = two_columns_read_as_one()
     confident = Recogniser({})
     texts = ["見出し", "あ", "い", "う"]
-    assert _split_merged_columns(confident, source, boxes, texts, [0.95, 1, 1, 1])[1] == texts
+    assert split(confident, source, boxes, texts, [0.95, 1, 1, 1])[1] == texts
     assert confident.heights == []  # not read again
     worse = Recogniser({32: ("ど１る", 0.5), 28: ("コレ", 0.34)})
-    assert _split_merged_columns(worse, source, boxes, texts, [0.78, 1, 1, 1])[1] == texts
+    assert split(worse, source, boxes, texts, [0.78, 1, 1, 1])[1] == texts
 
 
 def test_a_doubtful_line_without_kana_that_take_voiced_marks_is_not_read_again():

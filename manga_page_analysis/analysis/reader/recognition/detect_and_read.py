@@ -23,11 +23,12 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
 from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps
-from manga_page_analysis.analysis.reader.order.lines import TextLine, is_column
+from manga_page_analysis.analysis.reader.order.lines import TextLine
 from manga_page_analysis.analysis.reader.recognition.column_marks import dots_and_dashes
 from manga_page_analysis.analysis.reader.recognition.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.reader.recognition.detector import detect
 from manga_page_analysis.analysis.reader.recognition.marks import read_marks
+from manga_page_analysis.analysis.reader.recognition.merged_columns import split_merged_columns
 from manga_page_analysis.analysis.reader.recognition.voicing import (
     adds_voicing_only,
     differs_in_voicing_only,
@@ -71,15 +72,6 @@ VOICING_ADD_PAD: Final = 0.2
 and from that read only voiced marks added are taken: glyphs set smaller still keep a mark
 the tight crop lost, but also blur marks away, so a mark taken off is not trusted from it
 (docs/ocr.md)."""
-MERGED_COLUMN_RATIO: Final = 1.3
-"""A column box at least this many times as thick as the image's median column, ..."""
-MERGED_COLUMN_BELOW: Final = 0.8
-"""... and read with less confidence than this, may be two columns the detector merged (tight
-columns with ruby between them): it is cut in two and each half read (docs/ocr.md)."""
-MERGED_COLUMN_MIN_COLUMNS: Final = 3
-"""The median column is measured on at least this many columns (a single bubble has few)."""
-INK_LEVEL: Final = 128
-"""A pixel darker than this (0-255) is ink, where the cut between two columns is sought."""
 LINE_CUT_MARGIN_PX: Final = 2
 """A line cut from an enlarged image is enlarged with this many pixels round its box."""
 MIN_TEXT_SCORE: Final = 0.3
@@ -142,8 +134,14 @@ def read_lines(
         boxes, crops, list(recognised.txts), list(recognised.scores), len(doubtful)
     )
     texts, scores = _read_voicing_again(recogniser, crops, texts, scores)
-    boxes, texts, scores = _split_merged_columns(
-        recogniser, source, boxes, texts, scores, cut_scale=cut_scale
+    boxes, texts, scores = split_merged_columns(
+        recogniser,
+        source,
+        lambda box: _line_crop(source, box, cut_scale),
+        boxes,
+        texts,
+        scores,
+        min_score=MIN_TEXT_SCORE,
     )
     texts, scores = read_without_ruby(recogniser, source, boxes, texts, scores)
     texts = read_marks(recogniser, source, boxes, texts)
@@ -225,79 +223,6 @@ def _line_crop(
     )
     crop: NDArray[np.uint8] = get_rotate_crop_image(enlarged, moved.astype(np.float32))
     return crop
-
-
-def _split_merged_columns(
-    recogniser: Any,
-    source: NDArray[np.uint8],
-    boxes: list[NDArray[np.float32]],
-    texts: list[str],
-    scores: list[float],
-    *,
-    cut_scale: float = 1.0,
-) -> tuple[list[NDArray[np.float32]], list[str], list[float]]:
-    """The boxes with their readings, where a column box as thick as two columns
-    (`MERGED_COLUMN_RATIO` of the image's median column) read doubtfully (under
-    `MERGED_COLUMN_BELOW`) is cut in two at the lightest band down its middle third and each
-    half read on its own. The halves read (text, at least `MIN_TEXT_SCORE`) replace the box
-    when each is read more confidently than the whole; the right half comes first.
-    `source`: the image the boxes lie in (BGR); `cut_scale`: the halves are cut from it
-    enlarged so, as the lines were (`_line_crop`)."""
-    from rapidocr.ch_ppocr_rec import TextRecInput
-
-    columns = [box for box in boxes if is_column(box)]
-    if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
-        return boxes, texts, scores
-    typical = statistics.median(_thickness(box) for box in columns)
-    kept_boxes: list[NDArray[np.float32]] = []
-    kept_texts: list[str] = []
-    kept_scores: list[float] = []
-    for box, text, score in zip(boxes, texts, scores, strict=True):
-        halves = []
-        if (
-            is_column(box)
-            and score < MERGED_COLUMN_BELOW
-            and _thickness(box) >= MERGED_COLUMN_RATIO * typical
-        ):
-            halves = _halves(box, source)
-        if halves:
-            crops = [_line_crop(source, half, cut_scale) for half in halves]
-            again = recogniser(TextRecInput(img=crops))
-            read = [
-                (half, half_text, float(half_score))
-                for half, half_text, half_score in zip(
-                    halves, again.txts, again.scores, strict=True
-                )
-                if half_text.strip() and half_score >= MIN_TEXT_SCORE
-            ]
-            if read and all(half_score > score for _, _, half_score in read):
-                kept_boxes += [half for half, _, _ in read]
-                kept_texts += [half_text for _, half_text, _ in read]
-                kept_scores += [half_score for _, _, half_score in read]
-                continue
-        kept_boxes.append(box)
-        kept_texts.append(text)
-        kept_scores.append(score)
-    return kept_boxes, kept_texts, kept_scores
-
-
-def _halves(box: NDArray[np.float32], source: NDArray[np.uint8]) -> list[NDArray[np.float32]]:
-    """A column box cut in two (right half first) down the band of its middle third that
-    holds the least ink; none when it is too thin to cut. `source`: the image (BGR); only
-    the box's pixels are made grey (the whole page's take 40 ms)."""
-    x0, y0 = box.min(axis=0)
-    x1, y1 = box.max(axis=0)
-    left, right = int(x0), int(np.ceil(x1))
-    grey = source[int(y0) : int(np.ceil(y1)), left:right].mean(axis=2)
-    ink = (grey < INK_LEVEL).sum(axis=0)
-    if ink.size < 3:
-        return []
-    third = ink.size // 3
-    cut = float(left + third + int(np.argmin(ink[third : ink.size - third])))
-    return [
-        np.array([[cut, y0], [x1, y0], [x1, y1], [cut, y1]], dtype=np.float32),
-        np.array([[x0, y0], [cut, y0], [cut, y1], [x0, y1]], dtype=np.float32),
-    ]
 
 
 def _read_voicing_again(
