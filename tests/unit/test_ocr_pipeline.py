@@ -151,3 +151,51 @@ def test_a_line_too_doubtful_to_be_kept_is_not_read_again():
     recogniser = Recogniser({})
     assert _read_voicing_again(recogniser, [crop(40)], ["とんな"], [0.2]) == (["とんな"], [0.2])
     assert recogniser.heights == []
+
+
+def two_short_columns_read_as_one_box() -> tuple[np.ndarray, list[np.ndarray]]:
+    """Three columns 30 px thick and, at x 40-100, a short balloon of two columns of two
+    characters (へー, そう) that the detector gave one square box, 60 by 56."""
+    source = np.full((300, 400, 3), 255, dtype=np.uint8)
+    for x0, x1 in ((42, 68), (74, 98)):
+        source[22:76:12, x0:x1] = 0
+    for x0, x1 in ((200, 230), (260, 290), (320, 350)):
+        source[20:280:12, x0:x1] = 0
+    columns = [quad(200, 20, 230, 280), quad(260, 20, 290, 280), quad(320, 20, 350, 280)]
+    return source, [quad(40, 20, 100, 76), *columns]
+
+
+def test_a_square_box_as_wide_as_two_columns_read_badly_is_read_as_two_columns():
+    source, boxes = two_short_columns_read_as_one_box()
+    # The halves are columns, 56 px long: laid horizontal, 32 and 28 px high.
+    recogniser = Recogniser({32: ("そう", 0.93), 28: ("へー", 0.9)})
+    split_boxes, texts, _ = split(
+        recogniser, source, boxes, ["診", "あ", "い", "う"], [0.73, 1, 1, 1]
+    )
+    assert texts == ["そう", "へー", "あ", "い", "う"]
+    assert [float(box[:, 0].min()) for box in split_boxes[:2]] == [68.0, 40.0]
+
+
+def test_a_square_box_no_wider_than_a_column_and_a_half_stays_whole():
+    source, boxes = two_short_columns_read_as_one_box()
+    recogniser = Recogniser({})
+    narrow = [quad(40, 20, 80, 76), *boxes[1:]]  # 40 px: a large glyph, not two columns
+    assert (
+        split(recogniser, source, narrow, ["診", "あ", "い", "う"], [0.73, 1, 1, 1])[1][0] == "診"
+    )
+    assert recogniser.heights == []
+
+
+def test_the_half_of_a_square_box_that_is_a_column_read_on_its_own_is_not_read_twice():
+    source, boxes = two_short_columns_read_as_one_box()
+    # The right-hand column was also found, and read, in a box of its own.
+    found = quad(70, 20, 100, 76)
+    recogniser = Recogniser({32: ("ナナメだな", 0.95), 28: ("なんだか", 0.9)})
+    _, texts, _ = split(
+        recogniser,
+        source,
+        [*boxes, found],
+        ["そフィ", "あ", "い", "う", "ナナメだな"],
+        [0.7, 1, 1, 1, 1],
+    )
+    assert texts == ["なんだか", "あ", "い", "う", "ナナメだな"]

@@ -1,9 +1,10 @@
 """Two columns the detector gave one box, read apart (docs/ocr.md, "Two columns read as one").
 
 Tight columns (ruby between them, a narrow balloon) are sometimes detected as one box, thick
-as two, and the recogniser reads one of them or a mixture of both, doubtfully. Such a box is
-cut down the lightest band of its middle third and each half read; the halves replace it
-only when each is read more surely.
+as two, and the recogniser reads one of them or a mixture of both, doubtfully. So is a short
+balloon of two columns of two or three characters each, found as one square box and read as
+one large character (へー and そう as 診). Such a box is cut down the lightest band of its
+middle third and each half read; the halves replace it only when each is read more surely.
 """
 
 from __future__ import annotations
@@ -15,13 +16,18 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.lines import is_column
+from manga_page_analysis.analysis.reader.order.lines import VERTICAL_RATIO, is_column
 
 MERGED_COLUMN_RATIO: Final = 1.3
 """A column box at least this many times as thick as the image's median column, ..."""
 MERGED_COLUMN_BELOW: Final = 0.8
 """... and read with less confidence than this, may be two columns the detector merged (tight
 columns with ruby between them): it is cut in two and each half read (docs/ocr.md)."""
+MERGED_SQUARE_RATIO: Final = 2.0
+"""A box about as tall as it is wide (neither a column nor a row), at least this many times
+as wide as the image's median column and read with less confidence than
+`MERGED_COLUMN_BELOW`, may be two short columns the detector took for one box (へー and そう
+read as 診): it is cut in two and each half read, as a merged column is."""
 MERGED_COLUMN_MIN_COLUMNS: Final = 3
 """The median column is measured on at least this many columns (a single bubble has few)."""
 INK_LEVEL: Final = 128
@@ -39,7 +45,8 @@ def split_merged_columns(
     min_score: float,
 ) -> tuple[list[NDArray[np.float32]], list[str], list[float]]:
     """The boxes with their readings, where a column box as thick as two columns
-    (`MERGED_COLUMN_RATIO` of the image's median column) read doubtfully (under `MERGED_COLUMN_BELOW`) is cut in two at
+    (`MERGED_COLUMN_RATIO` of the image's median column), or a square box as wide as two
+    (`MERGED_SQUARE_RATIO`), read doubtfully (under `MERGED_COLUMN_BELOW`) is cut in two at
     the lightest band down its middle third and each half read on its own. The halves read
     (text, at least `min_score`) replace the box when each is read more confidently than the
     whole; the right half comes first. `source`: the image the boxes lie in (BGR); `crop`:
@@ -55,10 +62,10 @@ def split_merged_columns(
     kept_scores: list[float] = []
     for box, text, score in zip(boxes, texts, scores, strict=True):
         halves = []
-        if (
-            is_column(box)
-            and score < MERGED_COLUMN_BELOW
-            and _thickness(box) >= MERGED_COLUMN_RATIO * typical
+        square = _is_square(box)
+        if score < MERGED_COLUMN_BELOW and (
+            (is_column(box) and _thickness(box) >= MERGED_COLUMN_RATIO * typical)
+            or (square and _width(box) >= MERGED_SQUARE_RATIO * typical)
         ):
             halves = _halves(box, source)
         if halves:
@@ -69,7 +76,10 @@ def split_merged_columns(
                 for half, half_text, half_score in zip(
                     halves, again.txts, again.scores, strict=True
                 )
-                if half_text.strip() and half_score >= min_score
+                if half_text.strip()
+                and half_score >= min_score
+                # A square box's half may be a column found on its own too: not read twice.
+                and not (square and _read_beside(half, half_text, box, boxes, texts))
             ]
             if read and all(half_score > score for _, _, half_score in read):
                 kept_boxes += [half for half, _, _ in read]
@@ -80,6 +90,40 @@ def split_merged_columns(
         kept_texts.append(text)
         kept_scores.append(score)
     return kept_boxes, kept_texts, kept_scores
+
+
+def _is_square(box: NDArray[np.float32]) -> bool:
+    """Neither a column nor a row (`lines.VERTICAL_RATIO` either way)."""
+    width, height = box.max(axis=0) - box.min(axis=0)
+    return float(max(width, height)) < VERTICAL_RATIO * float(min(width, height))
+
+
+def _width(box: NDArray[np.float32]) -> float:
+    xs = box[:, 0]
+    return float(xs.max() - xs.min())
+
+
+def _read_beside(
+    half: NDArray[np.float32],
+    text: str,
+    whole: NDArray[np.float32],
+    boxes: list[NDArray[np.float32]],
+    texts: list[str],
+) -> bool:
+    """True when a box other than `whole` overlaps `half` and one of their readings holds the
+    other: the half is a column that was found, and read, on its own."""
+    x0, y0 = half.min(axis=0)
+    x1, y1 = half.max(axis=0)
+    mine = text.strip()
+    for box, other in zip(boxes, texts, strict=True):
+        if box is whole or not (theirs := other.strip()):
+            continue
+        bx0, by0 = box.min(axis=0)
+        bx1, by1 = box.max(axis=0)
+        overlap = min(x1, bx1) > max(x0, bx0) and min(y1, by1) > max(y0, by0)
+        if overlap and (mine in theirs or theirs in mine):
+            return True
+    return False
 
 
 def _halves(box: NDArray[np.float32], source: NDArray[np.uint8]) -> list[NDArray[np.float32]]:
