@@ -139,9 +139,15 @@ def score_image(truth: dict[str, Any], returned: Sequence[dict[str, Any]]) -> Sc
         ignored_chars=ignored,
     )
     found: list[int | None] = []
-    for text in expected:
+    for truth_block in truth["blocks"]:
+        text = truth_block["text"]
         distances = [cer(text, block["text"]) for block in kept]
-        best = min(range(len(kept)), key=distances.__getitem__, default=None)
+        # Of blocks read as closely (two balloons of "……"), the one on this block's box.
+        best = min(
+            range(len(kept)),
+            key=lambda index: (distances[index], -_overlap(truth_block, kept[index])),
+            default=None,
+        )
         if best is not None and distances[best] <= INTACT_MAX_CER:
             score.intact += 1
         else:
@@ -176,6 +182,13 @@ def _alignment_errors(expected: str, returned: str) -> tuple[int, int]:
             pairs = zip(reference[i0:i1], hypothesis[j0:j1], strict=False)
             voicing += sum(1 for a, b in pairs if differs_in_voicing_only(a, b))
     return dropped, voicing
+
+
+def _overlap(truth_block: dict[str, Any], block: dict[str, Any]) -> float:
+    """The share of the ground-truth block's box that `block`'s box covers (0 without boxes)."""
+    if "box" not in truth_block or "box" not in block:
+        return 0.0
+    return _covered(truth_block["box"], [block["box"]])
 
 
 def _covered(box: Sequence[float], regions: Sequence[Sequence[float]]) -> float:

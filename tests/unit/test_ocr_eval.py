@@ -73,6 +73,31 @@ def test_reading_order_counts_consecutive_pairs_in_the_returned_order():
     assert (score.pairs_in_order, score.pairs) == (1, 2)
 
 
+def test_blocks_read_alike_are_matched_by_their_boxes_for_the_order():
+    # Two balloons of dots only, one at the head of the page and one at its foot.
+    truth = {
+        "blocks": [
+            {"text": "……", "box": [400, 0, 420, 60]},
+            {"text": "そうか", "box": [300, 0, 330, 100]},
+            {"text": "……", "box": [100, 500, 120, 560]},
+        ]
+    }
+    in_order = [
+        {"text": "……", "box": [398, 2, 421, 58]},
+        {"text": "そうか", "box": [301, 1, 329, 99]},
+        {"text": "……", "box": [99, 502, 121, 559]},
+    ]
+    assert (score_image(truth, in_order).pairs_in_order, score_image(truth, in_order).pairs) == (
+        2,
+        2,
+    )
+    swapped = [in_order[2], in_order[1], in_order[0]]  # the foot's dots read first
+    assert score_image(truth, swapped).pairs_in_order == 0
+    # Without boxes the first of the closest is taken, as before.
+    plain = [{"text": block["text"]} for block in in_order]
+    assert score_image(truth, plain).pairs_in_order == 1
+
+
 def test_error_classes_count_missed_blocks_dropped_columns_voiced_marks_and_garbage():
     returned = [
         {"text": "おはよ", "box": [300, 0, 400, 100]},  # two characters short: not a column
