@@ -65,6 +65,18 @@ def test_kana_ending_in_exclamation_marks_beside_a_wide_box_is_text():
     assert is_furigana(TextLine(53, 816, 82, 888, "きたぞよ", 0.98), [wide])
 
 
+def test_a_narrow_column_with_another_between_it_and_a_wide_box_is_not_its_ruby():
+    # ONE PIECE's balloon: おうおう, then a column read in doubt (そフィ！) whose box
+    # overlaps both, then なんだか in a box drawn wide over it. Beside なんだか alone,
+    # おうおう would pass for its ruby (thinner, smaller glyphs, 2 px away).
+    first = TextLine(768, 176, 782, 216, "おうおう", 0.99)
+    middle = TextLine(755, 174, 774, 218, "ルフィ！", 0.59)
+    wide = TextLine(744, 169, 766, 224, "なんだか", 0.97)
+    assert is_furigana(first, [first, wide])
+    assert not is_furigana(first, [first, middle, wide])
+    assert dialogue_lines([first, middle, wide]) == [first, middle, wide]
+
+
 def test_kanji_is_never_furigana():
     main = column(400, 100, "東京です")
     small_kanji = TextLine(431, 100, 446, 130, "東京")

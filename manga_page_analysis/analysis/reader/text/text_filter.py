@@ -197,9 +197,29 @@ def is_furigana(line: TextLine, others: Sequence[TextLine]) -> bool:
             and pitch <= FURIGANA_MAX_PITCH * main_pitch
             and _gap(line, main, vertical) <= FURIGANA_MAX_GAP * line.thickness
             and _alongside(line, main, vertical) >= FURIGANA_MIN_ALONGSIDE
+            and not _between(line, main, others, vertical)
         ):
             return True
     return False
+
+
+def _between(line: TextLine, main: TextLine, others: Sequence[TextLine], vertical: bool) -> bool:
+    """True when another of `others` stands between `line` and `main` (its middle between
+    theirs, across the lines, and beside `line` along it): ruby hugs its own column, and a
+    narrow column whose neighbour's box was drawn wide over the column between them is not
+    that neighbour's ruby."""
+
+    def middle(other: TextLine) -> float:
+        return (other.x0 + other.x1) / 2 if vertical else (other.y0 + other.y1) / 2
+
+    low, high = sorted((middle(line), middle(main)))
+    return any(
+        other is not line
+        and other is not main
+        and low < middle(other) < high
+        and _alongside(line, other, vertical) > 0
+        for other in others
+    )
 
 
 def is_mark(text: str) -> bool:
