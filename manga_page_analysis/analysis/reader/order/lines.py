@@ -26,6 +26,13 @@ def is_column(quad: NDArray[np.float32]) -> bool:
     return float(height) >= VERTICAL_RATIO * float(width)
 
 
+def quad_thickness(quad: NDArray[np.float32]) -> float:
+    """A detected box's short side (about one character's size), as `TextLine.thickness`
+    is a line's."""
+    width, height = quad.max(axis=0) - quad.min(axis=0)
+    return float(min(width, height))
+
+
 @dataclass(frozen=True, slots=True)
 class TextLine:
     """One recognised line: its axis-aligned box (pixels, y down) and text."""

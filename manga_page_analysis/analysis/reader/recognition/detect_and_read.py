@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
 from manga_page_analysis.analysis.reader.order.line_cut import cut_at_wide_gaps
-from manga_page_analysis.analysis.reader.order.lines import TextLine
+from manga_page_analysis.analysis.reader.order.lines import TextLine, quad_thickness
 from manga_page_analysis.analysis.reader.recognition.column_marks import dots_and_dashes
 from manga_page_analysis.analysis.reader.recognition.column_ruby import read_without_ruby
 from manga_page_analysis.analysis.reader.recognition.detector import detect
@@ -99,7 +99,7 @@ def read_lines(
     cut_scale = 1.0  # the lines are cut from the image at this scale (`_line_crop`)
     second_look = look_twice and padded.width * padded.height <= SECOND_LOOK_MAX_PIXELS
     if boxes:
-        thickness = statistics.median(_thickness(box) for box in boxes)
+        thickness = statistics.median(quad_thickness(box) for box in boxes)
         # Only lettering small in the image itself: text made small by scaling a big
         # page down is left as it is (enlarging it again would cost the saving).
         if scale == 1.0 and thickness < DET_SMALL_TEXT_PX:
@@ -205,7 +205,7 @@ def _line_crop(
     import cv2
     from rapidocr.utils.process_img import get_rotate_crop_image
 
-    if scale <= 1.0 or _thickness(box) >= DET_SMALL_TEXT_PX:
+    if scale <= 1.0 or quad_thickness(box) >= DET_SMALL_TEXT_PX:
         return get_rotate_crop_image(source, box.copy())
     height, width = source.shape[:2]
     # Pixels round the box, so that the interpolation at its edges sees the page round it.
@@ -275,11 +275,6 @@ def _read_padded(
         padded.append(cv2.copyMakeBorder(crop, pad, pad, 0, 0, cv2.BORDER_REPLICATE))
     again = recogniser(TextRecInput(img=padded))
     return [(text, float(score)) for text, score in zip(again.txts, again.scores, strict=True)]
-
-
-def _thickness(box: NDArray[np.float32]) -> float:
-    xs, ys = box[:, 0], box[:, 1]
-    return float(min(xs.max() - xs.min(), ys.max() - ys.min()))
 
 
 def _new(box: NDArray[np.float32], found: list[NDArray[np.float32]]) -> bool:

@@ -16,7 +16,11 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from manga_page_analysis.analysis.reader.order.lines import VERTICAL_RATIO, is_column
+from manga_page_analysis.analysis.reader.order.lines import (
+    VERTICAL_RATIO,
+    is_column,
+    quad_thickness,
+)
 
 MERGED_COLUMN_RATIO: Final = 1.3
 """A column box at least this many times as thick as the image's median column, ..."""
@@ -56,7 +60,7 @@ def split_merged_columns(
     columns = [box for box in boxes if is_column(box)]
     if len(columns) < MERGED_COLUMN_MIN_COLUMNS:
         return boxes, texts, scores
-    typical = statistics.median(_thickness(box) for box in columns)
+    typical = statistics.median(quad_thickness(box) for box in columns)
     kept_boxes: list[NDArray[np.float32]] = []
     kept_texts: list[str] = []
     kept_scores: list[float] = []
@@ -64,7 +68,7 @@ def split_merged_columns(
         halves = []
         square = _is_square(box)
         if score < MERGED_COLUMN_BELOW and (
-            (is_column(box) and _thickness(box) >= MERGED_COLUMN_RATIO * typical)
+            (is_column(box) and quad_thickness(box) >= MERGED_COLUMN_RATIO * typical)
             or (square and _width(box) >= MERGED_SQUARE_RATIO * typical)
         ):
             halves = _halves(box, source)
@@ -143,8 +147,3 @@ def _halves(box: NDArray[np.float32], source: NDArray[np.uint8]) -> list[NDArray
         np.array([[cut, y0], [x1, y0], [x1, y1], [cut, y1]], dtype=np.float32),
         np.array([[x0, y0], [cut, y0], [cut, y1], [x0, y1]], dtype=np.float32),
     ]
-
-
-def _thickness(box: NDArray[np.float32]) -> float:
-    xs, ys = box[:, 0], box[:, 1]
-    return float(min(xs.max() - xs.min(), ys.max() - ys.min()))
